@@ -1,0 +1,109 @@
+/* attn.h — the attention problem every stage solves, and how a stage describes itself.
+ *
+ * Shapes (DESIGN §3), float32, row-major, contiguous:
+ *   q    (B, Hq,  Tq, d)      k  (B, Hkv, Tk, d)      v  (B, Hkv, Tk, dv)
+ *   o    (B, Hq,  Tq, dv)     lse (B, Hq, Tq)          dout = dO (B, Hq, Tq, dv)
+ *   sinks (Hq)  learned sink logits, or NULL
+ * Query head h reads kv head h / (Hq / Hkv). Causal masks are bottom-right aligned: query row i
+ * sits at position i' = i + Tk - Tq and sees keys j <= i'.
+ *
+ * For a CPU implementation every pointer is host memory; for a CUDA implementation every pointer
+ * in AttnProblem and AttnTensors is device memory (common/runner.c does the copies). */
+#ifndef FLASHLAB_ATTN_H
+#define FLASHLAB_ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "hbm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int B, Hq, Hkv, Tq, Tk, d, dv;
+    float scale;     /* softmax scale; the case loader fills 1/sqrt(d) when case.json has none */
+    int causal;      /* 0/1; window > 0 implies causal */
+    int window;      /* W > 0: keep keys i' - W < j <= i'; 0 = off */
+    int sink_tokens; /* S > 0: also keep keys j < S (still j <= i') */
+    const float *q, *k, *v;
+    const float *sinks; /* (Hq) or NULL */
+    const float *dout;  /* dO (B, Hq, Tq, dv), or NULL when only the forward pass is asked for */
+} AttnProblem;
+
+/* Outputs. The forward pass writes o and lse; the backward pass reads o and lse (written by the
+ * forward pass of the same implementation) and writes dq, dk, dv and, when sinks are given, dsinks. */
+typedef struct {
+    float *o, *lse;
+    float *dq, *dk, *dv, *dsinks;
+} AttnTensors;
+
+/* Features a case may ask for and a stage may support (bit flags). */
+enum {
+    FEAT_BACKWARD = 1u << 0,    /* do.npy present: gradients          (stage 06 adds it) */
+    FEAT_CAUSAL = 1u << 1,      /* causal mask                         (stage 07) */
+    FEAT_GQA = 1u << 2,         /* Hq != Hkv                           (stage 08) */
+    FEAT_WINDOW = 1u << 3,      /* sliding window                      (stage 10) */
+    FEAT_SINK_TOKENS = 1u << 4, /* sink tokens                         (stage 10) */
+    FEAT_SINKS = 1u << 5        /* learned sink logits                 (stage 10) */
+};
+#define FEAT_COUNT 6
+
+/* Features a problem needs (backward counts only when dout is non-NULL). */
+unsigned attn_required_features(const AttnProblem *p);
+/* "causal", "gqa", ... for one flag. */
+const char *attn_feature_name(unsigned feature);
+/* The stage of the ladder that adds a feature ("06", "07", ...), from DESIGN §2. */
+const char *attn_feature_added_by(unsigned feature);
+
+typedef enum { DIR_FWD = 0, DIR_BWD = 1 } Direction;
+typedef enum { DEVICE_CPU = 0, DEVICE_CUDA = 1 } Device;
+
+/* Everything about one run that is not the problem itself. */
+typedef struct {
+    HbmCounter *hbm;     /* counts go here; NULL = counting off (timing). CPU stages count into it
+                            directly; for CUDA stages the runner fills it from hbm_dev. */
+    unsigned long long *hbm_dev; /* CUDA only: device array [0] = bytes read, [1] = bytes written,
+                                    or NULL when counting is off. Set by the runner. */
+    size_t sram_bytes;   /* M: SRAM size in bytes for CPU stages 03+ (--sram) */
+    int block_r, block_c;/* tile sizes Br, Bc; 0 = derive from M and d (CPU) or the kernel's own */
+    int threads;         /* CPU worker threads, >= 1 */
+    void *workspace;     /* scratch of StageImpl.workspace_bytes(...) bytes, allocated by the runner
+                            (host memory for CPU, device memory for CUDA); NULL when 0 bytes */
+} RunCtx;
+
+typedef int (*AttnFn)(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err);
+typedef size_t (*WorkspaceFn)(const AttnProblem *p, const RunCtx *ctx, Direction dir);
+
+/* One implementation of one stage on one device (a stage may have several variants). */
+typedef struct {
+    const char *stage;   /* "03" */
+    const char *name;    /* "tiled": the folder is stages/03_tiled */
+    const char *variant; /* "" for the default, else e.g. "naive" */
+    Device device;
+    const char *lesson;  /* one line: the idea the stage adds */
+    unsigned features;   /* FEAT_* it supports */
+    AttnFn forward;
+    AttnFn backward;     /* NULL unless features has FEAT_BACKWARD */
+    WorkspaceFn workspace_bytes; /* NULL = no scratch. This is the "extra memory" the tools report:
+                                    bytes beyond inputs and outputs that live in (simulated) HBM. */
+} StageImpl;
+
+/* Each stage source file defines one NULL-terminated array, named after its folder and device:
+ *   stages/03_tiled/tiled.c           ->  const StageImpl *const stage03_tiled_cpu[]  = {&..., NULL};
+ *   stages/05_fa2/fa2.cu              ->  extern "C" const StageImpl *const stage05_fa2_cuda[] = {...};
+ * CMake generates the registry from the files it finds (common/registry.c.in). */
+
+/* The registry: all implementations, in ladder order, NULL-terminated. */
+const StageImpl *const *stage_registry(void);
+/* The implementation of stage (e.g. "3", "03", "03_tiled") on device with variant ("" or NULL = default). */
+const StageImpl *stage_find(const char *stage, Device device, const char *variant);
+
+const char *device_name(Device device); /* "cpu" / "cuda" */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,42 @@
+/* case.h — loading a case folder (DESIGN §4): case.json, q/k/v(/do/sinks).npy and, for golden
+ * cases, the expected outputs. Validates every shape against the others. */
+#ifndef FLASHLAB_CASE_H
+#define FLASHLAB_CASE_H
+
+#include "attn.h"
+#include "error.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { OUT_O, OUT_LSE, OUT_DQ, OUT_DK, OUT_DV, OUT_DSINKS, OUT_COUNT } OutputId;
+
+typedef struct {
+    char dir[4096];
+    char name[256];        /* last path component */
+    char description[512]; /* from case.json, may be empty */
+    int has_scale;         /* case.json gave a scale */
+    Tensor q, k, v, dout, sinks;    /* dout / sinks: data NULL when absent */
+    Tensor expected[OUT_COUNT];     /* data NULL when absent or not asked for */
+    AttnProblem problem;            /* sizes, options and pointers into the tensors above */
+} Case;
+
+/* Loads dir. With want_expected, also loads the expected outputs that exist (o.npy and lse.npy are
+ * then required; dq/dk/dv.npy required when do.npy exists, dsinks.npy when sinks.npy exists).
+ * Returns FL_OK or FL_BAD_INPUT (message names the file and what is wrong). On failure nothing is
+ * left allocated. */
+int case_load(const char *dir, int want_expected, Case *c, FlError *err);
+void case_free(Case *c);
+
+/* File name of an output ("o.npy", ...) and its shape for a problem (ndim returned). */
+const char *output_file_name(OutputId id);
+int output_shape(const AttnProblem *p, OutputId id, int64_t shape[TENSOR_MAX_DIMS]);
+/* Whether a problem produces this output (grads only with dout, dsinks only with sinks). */
+int output_present(const AttnProblem *p, OutputId id);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

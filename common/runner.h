@@ -1,0 +1,44 @@
+/* runner.h — running one stage implementation on one problem, on its device.
+ *
+ * The runner is the only place that knows about devices: for a CPU implementation it calls the
+ * stage directly; for a CUDA implementation (common/cuda_runner.cu) it copies the problem to the
+ * device, runs, counts through a device counter, and copies the outputs back. It also allocates
+ * the stage's workspace. Outputs in t must be allocated by the caller (poisoned). */
+#ifndef FLASHLAB_RUNNER_H
+#define FLASHLAB_RUNNER_H
+
+#include "attn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    HbmCounter fwd, bwd;     /* bytes counted by each pass (bwd zero when not run) */
+    size_t extra_bytes_fwd, extra_bytes_bwd; /* workspace_bytes of each pass */
+} RunStats;
+
+/* Runs the forward pass, and the backward pass when p->dout is non-NULL and dir == DIR_BWD.
+ * Returns FL_OK, FL_UNSUPPORTED (message names the stage that adds the missing feature),
+ * FL_NO_DEVICE, or the stage's error. ctx->hbm / hbm_dev are managed by the runner. */
+int runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnTensors *t,
+               const RunCtx *opts, RunStats *stats, FlError *err);
+
+/* Median wall time in ms of one pass (dir) over reps runs after warmup runs, counting off.
+ * CPU: timer.h clock. CUDA: CUDA events, inputs already on the device, copies not timed.
+ * For DIR_BWD the forward pass runs once first (untimed) to produce o and lse. */
+int runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *opts,
+                int warmup, int reps, double *median, FlError *err);
+
+/* CUDA side (common/cuda_runner.cu, or common/cuda_runner_none.c when built without CUDA). */
+int cuda_device_available(void); /* 1 if a usable CUDA device exists; any error counts as none */
+const char *cuda_device_description(void); /* e.g. "NVIDIA H100 80GB HBM3 (sm_90)" or "none" */
+int cuda_runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnTensors *t,
+                    const RunCtx *opts, RunStats *stats, FlError *err);
+int cuda_runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *opts,
+                     int warmup, int reps, double *median, FlError *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

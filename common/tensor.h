@@ -1,0 +1,32 @@
+/* tensor.h — a float32, row-major, contiguous tensor of up to 4 dimensions (host memory). */
+#ifndef FLASHLAB_TENSOR_H
+#define FLASHLAB_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TENSOR_MAX_DIMS 4
+
+typedef struct {
+    float *data; /* NULL = absent */
+    int ndim;
+    int64_t shape[TENSOR_MAX_DIMS];
+} Tensor;
+
+size_t tensor_numel(const Tensor *t);
+size_t tensor_bytes(const Tensor *t);
+/* Allocates ndim/shape; data filled with NaN ("poisoned") so an unwritten element fails a check.
+ * Returns 0, or -1 when out of memory. */
+int tensor_alloc_poisoned(Tensor *t, int ndim, const int64_t *shape);
+void tensor_free(Tensor *t);
+/* "(1, 4, 512, 64)" into buf. */
+const char *tensor_shape_str(const Tensor *t, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
