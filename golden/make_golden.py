@@ -1,0 +1,462 @@
+#!/usr/bin/env python3
+"""make_golden.py -- the reference (oracle) for every flashlab stage.
+
+Writes the golden case folders of DESIGN section 4:
+
+    python golden/make_golden.py [--out DIR]     # default: golden/cases next to this file
+    python golden/make_golden.py --selftest      # gradients vs central finite differences
+    python golden/make_golden.py --list          # markdown table of the cases (for README.md)
+
+Each case folder holds case.json, the inputs q/k/v.npy (+ do.npy, sinks.npy) and the expected
+outputs o/lse.npy (+ dq/dk/dv.npy with do.npy, + dsinks.npy with sinks.npy).
+
+How the numbers are made:
+  * every case has its own fixed seed; inputs are drawn with numpy's default_rng, rounded to
+    float32 (that is what the stages read), and the reference then runs in float64 on exactly
+    those float32 values;
+  * outputs are stored as little-endian float32 in C order.
+
+The conventions (docs/conventions.md) live in one function, `keep_mask`; everything else is the
+plain softmax-attention math on top of it. NumPy only.
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_OUT = os.path.join(HERE, "cases")
+
+
+# ---------------------------------------------------------------------------------------------
+# The conventions
+# ---------------------------------------------------------------------------------------------
+
+def keep_mask(Tq, Tk, causal=False, window=0, sink_tokens=0):
+    """Boolean (Tq, Tk): which keys j each query row i sees.
+
+    Query row i sits at position i' = i + Tk - Tq (bottom-right alignment).
+      causal           keep j <= i'
+      window W > 0     implies causal; keep i' - W < j <= i'   (W keys, the row's own included)
+      sink_tokens S>0  additionally keep j < S, still only j <= i'
+    """
+    i_pos = np.arange(Tq)[:, None] + (Tk - Tq)   # i'  (Tq, 1)
+    j = np.arange(Tk)[None, :]                   # j   (1, Tk)
+    keep = np.ones((Tq, Tk), dtype=bool)
+    if causal or window > 0:
+        keep &= j <= i_pos
+    if window > 0:
+        keep &= j > i_pos - window
+    if sink_tokens > 0:
+        keep |= (j < sink_tokens) & (j <= i_pos)
+    return keep
+
+
+def expand_kv(x, Hq):
+    """(B, Hkv, Tk, .) -> (B, Hq, Tk, .): query head h reads kv head h // (Hq // Hkv)."""
+    Hkv = x.shape[1]
+    assert Hq % Hkv == 0, "Hq must be a multiple of Hkv"
+    return np.repeat(x, Hq // Hkv, axis=1)
+
+
+def reduce_kv(x, Hkv):
+    """(B, Hq, Tk, .) -> (B, Hkv, Tk, .): sum the gradients of the query heads of one group."""
+    B, Hq, Tk, n = x.shape
+    return x.reshape(B, Hkv, Hq // Hkv, Tk, n).sum(axis=2)
+
+
+def masked_scores(q, k, scale, causal=False, window=0, sink_tokens=0):
+    """S = Q K^T * scale  (B, Hq, Tq, Tk), float64, with -inf where the mask drops a key.
+    Also returns the mask (Tq, Tk)."""
+    Tq, Tk = q.shape[2], k.shape[2]
+    kx = expand_kv(k, q.shape[1])
+    S = np.einsum("bhid,bhjd->bhij", q, kx) * scale
+    keep = keep_mask(Tq, Tk, causal, window, sink_tokens)
+    return np.where(keep, S, -np.inf), keep
+
+
+# ---------------------------------------------------------------------------------------------
+# Forward and backward in float64
+# ---------------------------------------------------------------------------------------------
+
+def attention_forward(q, k, v, scale, causal=False, window=0, sink_tokens=0, sinks=None):
+    """Returns o (B,Hq,Tq,dv), lse (B,Hq,Tq), P (B,Hq,Tq,Tk), P_sink (B,Hq,Tq) or None.
+
+    lse = log(sum_j exp(S_ij) [+ exp(sink_h)]), so P = exp(S - lse) and P_sink = exp(sink - lse).
+    A row that sees no key has o = 0 and lse = -inf (or lse = sink_h with sinks, P_sink = 1)."""
+    S, keep = masked_scores(q, k, scale, causal, window, sink_tokens)
+    B, Hq, Tq, Tk = S.shape
+    sink = None
+    if sinks is not None:
+        sink = np.broadcast_to(sinks.reshape(1, Hq, 1), (B, Hq, Tq))
+    m = S.max(axis=-1) if Tk > 0 else np.full((B, Hq, Tq), -np.inf)   # row max (B,Hq,Tq)
+    if sink is not None:
+        m = np.maximum(m, sink)
+    m_safe = np.where(np.isfinite(m), m, 0.0)          # empty rows: any finite shift will do
+    E = np.where(keep, np.exp(np.where(keep, S, 0.0) - m_safe[..., None]), 0.0)
+    ell = E.sum(axis=-1)                               # denominator / exp(m)
+    if sink is not None:
+        ell = ell + np.exp(sink - m_safe)
+    seen = ell > 0
+    ell_safe = np.where(seen, ell, 1.0)
+    lse = np.where(seen, m_safe + np.log(ell_safe), -np.inf)
+    P = E / ell_safe[..., None]                        # rows with no key stay 0
+    P_sink = None if sink is None else np.exp(sink - m_safe) / ell_safe
+    o = np.einsum("bhij,bhjd->bhid", P, expand_kv(v, Hq))
+    return o, lse, P, P_sink
+
+
+def attention_backward(q, k, v, o, P, P_sink, do, scale):
+    """Gradients of sum(o * do).  D = rowsum(dO o O);  dS = P o (dP - D).
+    Returns dq, dk, dv, dsinks (None without sinks)."""
+    Hq, Hkv = q.shape[1], k.shape[1]
+    kx, vx = expand_kv(k, Hq), expand_kv(v, Hq)
+    dP = np.einsum("bhid,bhjd->bhij", do, vx)          # dP = dO V^T       (B,Hq,Tq,Tk)
+    D = np.sum(do * o, axis=-1)                        # D = rowsum(dO o O) (B,Hq,Tq)
+    dS = P * (dP - D[..., None])                       # dS = P o (dP - D)
+    dq = scale * np.einsum("bhij,bhjd->bhid", dS, kx)  # dQ = scale dS K
+    dk = reduce_kv(scale * np.einsum("bhij,bhid->bhjd", dS, q), Hkv)   # dK = scale dS^T Q
+    dv = reduce_kv(np.einsum("bhij,bhid->bhjd", P, do), Hkv)           # dV = P^T dO
+    dsinks = None
+    if P_sink is not None:
+        # the sink's value vector is zero, so its dP is 0 and dS_sink = P_sink (0 - D)
+        dsinks = -np.sum(P_sink * D, axis=(0, 2))
+    return dq, dk, dv, dsinks
+
+
+# ---------------------------------------------------------------------------------------------
+# The cases
+# ---------------------------------------------------------------------------------------------
+
+def case(name, seed, B=1, Hq=2, Hkv=None, Tq=16, Tk=None, d=32, dv=None, causal=False, window=0,
+         sink_tokens=0, sinks=False, bwd=True, scale=None, description=""):
+    return dict(name=name, seed=seed, B=B, Hq=Hq, Hkv=Hq if Hkv is None else Hkv, Tq=Tq,
+                Tk=Tq if Tk is None else Tk, d=d, dv=d if dv is None else dv,
+                causal=bool(causal or window > 0), window=window, sink_tokens=sink_tokens,
+                sinks=sinks, bwd=bwd, scale=scale, description=description)
+
+
+CASES = [
+    # --- plain attention (stages 01-05: no mask, Hq == Hkv) ---------------------------------
+    case("plain_t1", 101, B=1, Hq=2, Tq=1, d=32,
+         description="plain MHA, a single query and key"),
+    case("plain_t37_d24", 102, B=2, Hq=2, Tq=37, d=24, bwd=False,
+         description="plain MHA, odd T=37, d=24, B=2, forward only"),
+    case("plain_t37_d80_bwd", 103, B=1, Hq=1, Tq=37, d=80,
+         description="plain attention, a single head, T=37, d=80"),
+    case("plain_tq_gt_tk", 104, B=1, Hq=2, Tq=48, Tk=19, d=16,
+         description="plain MHA, more queries than keys (Tq=48 > Tk=19)"),
+    case("plain_tq_lt_tk", 105, B=1, Hq=2, Tq=13, Tk=70, d=32, bwd=False,
+         description="plain MHA, fewer queries than keys (Tq=13 < Tk=70), forward only"),
+    case("plain_decode_tq1", 106, B=2, Hq=2, Tq=1, Tk=53, d=24,
+         description="plain MHA, one query over 53 keys (decode shape)"),
+    case("plain_b3_t24", 107, B=3, Hq=2, Tq=24, d=16,
+         description="plain MHA, B=3, T=24"),
+    case("plain_scale", 108, B=1, Hq=2, Tq=20, d=16, scale=0.5,
+         description="plain MHA with an explicit scale 0.5 (default would be 1/sqrt(16))"),
+    case("plain_d24_dv40", 109, B=2, Hq=2, Tq=29, Tk=45, d=24, dv=40, bwd=False,
+         description="plain MHA, d=24 != dv=40, forward only"),
+    case("plain_d80_dv24", 110, B=1, Hq=3, Tq=17, d=80, dv=24, bwd=False,
+         description="plain MHA, d=80 != dv=24, forward only"),
+    case("plain_d40_dv24_bwd", 111, B=1, Hq=2, Tq=21, Tk=33, d=40, dv=24,
+         description="plain MHA, d=40 != dv=24, with backward"),
+    # --- causal (stage 07) --------------------------------------------------------------------
+    case("causal_t1", 201, B=2, Hq=2, Tq=1, d=24, causal=True,
+         description="causal, T=1"),
+    case("causal_t37_d80", 202, B=1, Hq=1, Tq=37, d=80, causal=True,
+         description="causal, a single head, T=37, d=80"),
+    case("causal_b2_t48_fwd", 203, B=2, Hq=2, Tq=48, d=16, causal=True, bwd=False,
+         description="causal, B=2, T=48, forward only"),
+    case("causal_tq_gt_tk", 204, B=1, Hq=2, Tq=40, Tk=23, d=16, causal=True,
+         description="causal, Tq=40 > Tk=23: the first 17 rows see no key (o=0, lse=-inf)"),
+    case("causal_tq_lt_tk", 205, B=1, Hq=2, Tq=19, Tk=61, d=24, causal=True,
+         description="causal, Tq=19 < Tk=61: bottom-right aligned, row 0 sees keys 0..42"),
+    case("causal_d24_dv40_fwd", 206, B=1, Hq=2, Tq=33, d=24, dv=40, causal=True, bwd=False,
+         description="causal, d=24 != dv=40, forward only"),
+    # --- GQA / MQA (stage 08) ------------------------------------------------------------------
+    case("gqa3_t37_d24", 301, B=1, Hq=6, Hkv=2, Tq=37, d=24,
+         description="GQA Hq/Hkv=3, T=37, d=24, non-causal"),
+    case("mqa_t40", 302, B=1, Hq=4, Hkv=1, Tq=40, d=24,
+         description="MQA (Hkv=1), T=40, non-causal"),
+    case("gqa3_causal_tq_gt_tk", 303, B=1, Hq=6, Hkv=2, Tq=30, Tk=21, d=16, causal=True,
+         description="GQA 3, causal, Tq=30 > Tk=21 (9 rows see no key)"),
+    case("gqa2_causal_decode", 304, B=2, Hq=4, Hkv=2, Tq=1, Tk=45, d=24, causal=True,
+         description="GQA 2, causal, one query over 45 keys"),
+    case("mqa3_causal_tq_lt_tk", 305, B=1, Hq=3, Hkv=1, Tq=23, Tk=48, d=24, causal=True,
+         description="MQA with 3 query heads, causal, Tq=23 < Tk=48"),
+    case("gqa3_d24_dv40_fwd", 306, B=1, Hq=6, Hkv=2, Tq=27, d=24, dv=40, causal=True, bwd=False,
+         description="GQA 3, causal, d=24 != dv=40, forward only"),
+    # --- sliding window, sink tokens, learned sinks (stage 10) ---------------------------------
+    case("window_gt_t", 401, B=1, Hq=2, Tq=37, d=16, window=100,
+         description="window W=100 larger than T=37 (same as causal)"),
+    case("window8_t37_d24", 402, B=1, Hq=2, Tq=37, d=24, window=8,
+         description="window W=8, T=37, d=24"),
+    case("window1_t17", 403, B=1, Hq=2, Tq=17, d=32, window=1,
+         description="window W=1: each row sees only its own position"),
+    case("window_tq_gt_tk", 404, B=1, Hq=2, Tq=30, Tk=20, d=32, window=5,
+         description="window W=5, Tq=30 > Tk=20: the first 10 rows see no key"),
+    case("window_tq_lt_tk", 405, B=1, Hq=2, Tq=12, Tk=60, d=16, window=16,
+         description="window W=16, Tq=12 < Tk=60"),
+    case("window_sink_tokens", 406, B=1, Hq=2, Tq=45, d=16, window=6, sink_tokens=4,
+         description="window W=6 plus sink_tokens S=4"),
+    case("sink_tokens_ge_t", 407, B=1, Hq=2, Tq=37, d=24, window=4, sink_tokens=50,
+         description="window W=4 with sink_tokens S=50 >= T=37 (same as causal)"),
+    case("sinks_plain", 408, B=1, Hq=3, Tq=33, d=16, sinks=True,
+         description="learned sink logits, non-causal"),
+    case("sinks_causal_tq_gt_tk", 409, B=1, Hq=2, Tq=24, Tk=10, d=32, causal=True, sinks=True,
+         description="learned sinks, causal, Tq=24 > Tk=10: rows that see no key give o=0, "
+                     "lse=sink"),
+    case("window_sinks", 410, B=1, Hq=2, Tq=40, d=16, window=7, sinks=True,
+         description="window W=7 with learned sinks"),
+    case("window_sinks_t1", 411, B=1, Hq=2, Tq=1, d=24, window=3, sink_tokens=1, sinks=True,
+         description="T=1 with window, sink token and learned sinks"),
+    case("gqa3_window_sinks_bwd", 412, B=1, Hq=6, Hkv=2, Tq=45, d=24, window=9, sink_tokens=3,
+         sinks=True, description="GQA 3 + window W=9 + sink_tokens S=3 + learned sinks"),
+    case("mqa_window_sinks_tq_gt_tk", 413, B=1, Hq=3, Hkv=1, Tq=30, Tk=22, d=80, window=5,
+         sink_tokens=2, sinks=True,
+         description="MQA + window W=5 + S=2 + learned sinks, d=80, Tq=30 > Tk=22 (8 rows see no key)"),
+    case("gqa2_window_sinks_tq_lt_tk", 414, B=1, Hq=4, Hkv=2, Tq=17, Tk=75, d=16, window=20,
+         sink_tokens=4, sinks=True,
+         description="GQA 2 + window W=20 + S=4 + learned sinks, Tq=17 < Tk=75"),
+    case("gqa3_window_sinks_d24_dv40_fwd", 415, B=1, Hq=3, Hkv=1, Tq=31, d=24, dv=40, window=10,
+         sink_tokens=2, sinks=True, bwd=False,
+         description="MQA + window + sink tokens + learned sinks, d=24 != dv=40, forward only"),
+    # --- the tour case (flashlab tour) ----------------------------------------------------------
+    case("tour", 1, B=1, Hq=4, Tq=512, d=64,
+         description="the tour: plain MHA, B=1, H=4, T=512, d=64, with dO"),
+]
+
+
+def draw_inputs(c):
+    """Inputs for one case, float32: q, k, v ~ N(0,1) (so scores ~ N(0,1) after the default
+    scale), dO ~ N(0,1), sink logits ~ U(-1, 2)."""
+    rng = np.random.default_rng(c["seed"])
+
+    def f32(shape, draw):
+        return np.ascontiguousarray(draw(shape), dtype="<f4")
+
+    inputs = {
+        "q": f32((c["B"], c["Hq"], c["Tq"], c["d"]), rng.standard_normal),
+        "k": f32((c["B"], c["Hkv"], c["Tk"], c["d"]), rng.standard_normal),
+        "v": f32((c["B"], c["Hkv"], c["Tk"], c["dv"]), rng.standard_normal),
+    }
+    if c["bwd"]:
+        inputs["do"] = f32((c["B"], c["Hq"], c["Tq"], c["dv"]), rng.standard_normal)
+    if c["sinks"]:
+        inputs["sinks"] = f32((c["Hq"],), lambda s: rng.uniform(-1.0, 2.0, size=s))
+    return inputs
+
+
+def reference_outputs(c, inputs):
+    """Expected outputs (float64) for the float32 inputs of one case."""
+    x = {name: a.astype(np.float64) for name, a in inputs.items()}
+    scale = c["scale"] if c["scale"] is not None else 1.0 / math.sqrt(c["d"])
+    o, lse, P, P_sink = attention_forward(x["q"], x["k"], x["v"], scale, c["causal"],
+                                          c["window"], c["sink_tokens"], x.get("sinks"))
+    out = {"o": o, "lse": lse}
+    if "do" in x:
+        dq, dk, dv, dsinks = attention_backward(x["q"], x["k"], x["v"], o, P, P_sink, x["do"],
+                                                scale)
+        out.update(dq=dq, dk=dk, dv=dv)
+        if dsinks is not None:
+            out["dsinks"] = dsinks
+    return out
+
+
+def case_json(c):
+    obj = {"description": c["description"], "causal": c["causal"], "window": c["window"],
+           "sink_tokens": c["sink_tokens"]}
+    if c["scale"] is not None:
+        obj["scale"] = c["scale"]
+    return obj
+
+
+def write_case(c, out_dir):
+    folder = os.path.join(out_dir, c["name"])
+    os.makedirs(folder, exist_ok=True)
+    inputs = draw_inputs(c)
+    outputs = reference_outputs(c, inputs)
+    for name, arr in list(inputs.items()) + list(outputs.items()):
+        assert not np.isnan(arr).any(), f"{c['name']}/{name}: NaN in the reference"
+        np.save(os.path.join(folder, name + ".npy"), np.ascontiguousarray(arr, dtype="<f4"))
+    with open(os.path.join(folder, "case.json"), "w") as f:
+        json.dump(case_json(c), f, indent=2)
+        f.write("\n")
+
+
+def write_all(out_dir):
+    os.makedirs(out_dir, exist_ok=True)
+    names = {c["name"] for c in CASES}
+    assert len(names) == len(CASES), "duplicate case name"
+    for entry in sorted(os.listdir(out_dir)):     # drop case folders no longer in the list
+        path = os.path.join(out_dir, entry)
+        if entry not in names and os.path.isfile(os.path.join(path, "case.json")):
+            print(f"removing stale case folder {path}")
+            shutil.rmtree(path)
+    for c in CASES:
+        write_case(c, out_dir)
+    print(f"wrote {len(CASES)} cases to {out_dir}")
+
+
+def features(c):
+    f = []
+    if c["causal"] and c["window"] == 0:
+        f.append("causal")
+    if c["Hq"] != c["Hkv"]:
+        f.append("mqa" if c["Hkv"] == 1 else f"gqa{c['Hq'] // c['Hkv']}")
+    if c["window"]:
+        f.append(f"window={c['window']}")
+    if c["sink_tokens"]:
+        f.append(f"sink_tokens={c['sink_tokens']}")
+    if c["sinks"]:
+        f.append("sinks")
+    if c["scale"] is not None:
+        f.append(f"scale={c['scale']}")
+    return ", ".join(f) or "plain"
+
+
+def print_table():
+    print("| case | B | Hq | Hkv | Tq | Tk | d | dv | features | do (bwd) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for c in CASES:
+        print(f"| `{c['name']}` | {c['B']} | {c['Hq']} | {c['Hkv']} | {c['Tq']} | {c['Tk']} | "
+              f"{c['d']} | {c['dv']} | {features(c)} | {'yes' if c['bwd'] else 'no'} |")
+
+
+# ---------------------------------------------------------------------------------------------
+# Self-test: analytic gradients vs central finite differences, loop reference vs vectorised
+# ---------------------------------------------------------------------------------------------
+
+def loop_forward(q, k, v, scale, causal, window, sink_tokens, sinks):
+    """Row-by-row forward written straight from the rules, independent of keep_mask."""
+    B, Hq, Tq, _ = q.shape
+    Hkv, Tk, dv = k.shape[1], k.shape[2], v.shape[3]
+    o = np.zeros((B, Hq, Tq, dv))
+    lse = np.full((B, Hq, Tq), -np.inf)
+    for b in range(B):
+        for h in range(Hq):
+            g = h // (Hq // Hkv)
+            for i in range(Tq):
+                ip = i + Tk - Tq
+                cols = []
+                for j in range(Tk):
+                    seen = True
+                    if causal or window > 0:
+                        seen = j <= ip and (window == 0 or j > ip - window)
+                        if sink_tokens > 0 and j < sink_tokens and j <= ip:
+                            seen = True
+                    if seen:
+                        cols.append(j)
+                logits = [scale * float(q[b, h, i] @ k[b, g, j]) for j in cols]
+                if sinks is not None:
+                    logits.append(float(sinks[h]))
+                if not logits:
+                    continue
+                mx = max(logits)
+                z = sum(math.exp(s - mx) for s in logits)
+                lse[b, h, i] = mx + math.log(z)
+                for s, j in zip(logits, cols):
+                    o[b, h, i] += math.exp(s - lse[b, h, i]) * v[b, g, j]
+    return o, lse
+
+
+def selftest_one(label, rng, B, Hq, Hkv, Tq, Tk, d, dv, causal, window, sink_tokens,
+                 use_sinks=True):
+    q = rng.standard_normal((B, Hq, Tq, d))
+    k = rng.standard_normal((B, Hkv, Tk, d))
+    v = rng.standard_normal((B, Hkv, Tk, dv))
+    do = rng.standard_normal((B, Hq, Tq, dv))
+    sinks = rng.uniform(-1.0, 2.0, size=Hq) if use_sinks else None
+    scale = 1.0 / math.sqrt(d)
+    args = (scale, causal, window, sink_tokens)
+
+    o, lse, P, P_sink = attention_forward(q, k, v, *args, sinks)
+    dq, dk, dv_, dsinks = attention_backward(q, k, v, o, P, P_sink, do, scale)
+
+    o_loop, lse_loop = loop_forward(q, k, v, *args, sinks)
+    with np.errstate(invalid="ignore"):                # -inf - -inf; equal infinities count as 0
+        lse_diff = np.where(lse == lse_loop, 0.0, np.abs(lse - lse_loop))
+    fwd_err = max(np.max(np.abs(o - o_loop)), np.max(lse_diff))
+    fwd_err = math.inf if math.isnan(fwd_err) else fwd_err
+
+    empty = ~keep_mask(Tq, Tk, causal, window, sink_tokens).any(axis=1)
+    empty_lse = -np.inf if sinks is None else sinks[None, :, None]
+    empty_ok = (np.all(o[:, :, empty] == 0) and np.all(lse[:, :, empty] == empty_lse) and
+                np.all(dq[:, :, empty] == 0))
+    nan_free = not any(np.isnan(a).any() for a in (o, lse, dq, dk, dv_, dsinks) if a is not None)
+
+    def loss(qq, kk, vv, ss):
+        return float(np.sum(attention_forward(qq, kk, vv, *args, ss)[0] * do))
+
+    h = 1e-5
+    tensors = {"q": q, "k": k, "v": v}
+    analytic = {"q": dq, "k": dk, "v": dv_}
+    if sinks is not None:
+        tensors["sinks"], analytic["sinks"] = sinks, dsinks
+    worst = 0.0
+    report = []
+    for name, x in tensors.items():
+        fd = np.zeros_like(x)
+        for idx in np.ndindex(x.shape):
+            saved = x[idx]
+            x[idx] = saved + h
+            up = loss(q, k, v, sinks)
+            x[idx] = saved - h
+            down = loss(q, k, v, sinks)
+            x[idx] = saved
+            fd[idx] = (up - down) / (2 * h)
+        rel = np.max(np.abs(analytic[name] - fd)) / max(np.max(np.abs(fd)), 1e-30)
+        worst = max(worst, rel)
+        report.append(f"d{name} {rel:.2e}")
+    print(f"selftest {label}: (B,Hq,Hkv,Tq,Tk,d,dv)=({B},{Hq},{Hkv},{Tq},{Tk},{d},{dv}) "
+          f"causal={causal} window={window} sink_tokens={sink_tokens} "
+          f"sinks={'yes' if use_sinks else 'no'} "
+          f"rows without keys={int(empty.sum())}")
+    print(f"  max relative error vs finite differences: {', '.join(report)}")
+    print(f"  vectorised vs loop forward: max abs diff {fwd_err:.2e}; "
+          f"empty rows (o=0, lse={'sink' if use_sinks else '-inf'}, dq=0): "
+          f"{'ok' if empty_ok else 'WRONG'}; "
+          f"NaN-free: {'ok' if nan_free else 'WRONG'}")
+    return worst <= 1e-6 and fwd_err <= 1e-12 and empty_ok and nan_free, worst
+
+
+def selftest():
+    rng = np.random.default_rng(12345)
+    ok1, w1 = selftest_one("A", rng, B=2, Hq=4, Hkv=2, Tq=7, Tk=5, d=3, dv=2, causal=True,
+                           window=3, sink_tokens=1)
+    ok2, w2 = selftest_one("B", rng, B=1, Hq=3, Hkv=1, Tq=4, Tk=9, d=5, dv=4, causal=True,
+                           window=4, sink_tokens=2)
+    ok3, w3 = selftest_one("C", rng, B=1, Hq=2, Hkv=2, Tq=3, Tk=6, d=4, dv=3, causal=False,
+                           window=0, sink_tokens=0)
+    ok4, w4 = selftest_one("D", rng, B=1, Hq=2, Hkv=1, Tq=6, Tk=3, d=3, dv=5, causal=True,
+                           window=0, sink_tokens=0, use_sinks=False)
+    ok = ok1 and ok2 and ok3 and ok4
+    print(f"selftest {'PASSED' if ok else 'FAILED'}: worst relative gradient error "
+          f"{max(w1, w2, w3, w4):.2e} (limit 1e-6)")
+    return 0 if ok else 1
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Write flashlab's golden case folders (NumPy, "
+                                             "float64 reference).")
+    ap.add_argument("--out", default=DEFAULT_OUT, help="output folder (default: golden/cases)")
+    ap.add_argument("--selftest", action="store_true",
+                    help="check the gradients against finite differences and exit")
+    ap.add_argument("--list", action="store_true", help="print the cases as a markdown table")
+    args = ap.parse_args(argv)
+    if args.selftest:
+        return selftest()
+    if args.list:
+        print_table()
+        return 0
+    write_all(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
