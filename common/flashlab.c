@@ -1,0 +1,1343 @@
+/* flashlab.c — the command-line tool: list, check, run, tour, bench, diff (DESIGN §5).
+ *
+ * Every subcommand turns harness statuses into exit codes: 0 ok, 1 a check failed, 2 bad usage or
+ * bad input, 3 the stage lacks a feature the case asks for, 77 no CUDA device. Errors are one line
+ * on stderr. */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "attn.h"
+#include "case.h"
+#include "check.h"
+#include "error.h"
+#include "hbm.h"
+#include "npy.h"
+#include "parallel.h"
+#include "random.h"
+#include "runner.h"
+#include "tensor.h"
+
+#define MAX_POSITIONAL 256
+#define MAX_LIST 32
+#define TOUR_REPS 5
+#define BENCH_SEED 20240611u
+
+/* ==== options ================================================================================ */
+
+enum { DIRECTION_BOTH = -1 };
+
+typedef struct {
+    int values[MAX_LIST];
+    int count;
+} IntList;
+
+typedef struct {
+    const char *command;
+    Device device;
+    int device_all;   /* tour --device all (the default of tour) */
+    const char *variant;
+    int direction;    /* DIR_FWD, DIR_BWD or DIRECTION_BOTH */
+    RunCtx ctx;       /* sram_bytes, block_r, block_c, threads */
+    int verbose;
+    const char *out_dir;
+    /* bench */
+    const char *stages;
+    IntList T, d;
+    int B, H, reps, causal, json;
+    const char *positional[MAX_POSITIONAL];
+    int npositional;
+} Options;
+
+typedef struct {
+    const char *name;
+    int takes_value;
+    const char *commands; /* space-separated list of the subcommands that accept it */
+} OptionSpec;
+
+static const OptionSpec option_specs[] = {
+    {"--device", 1, "check run tour bench"},
+    {"--variant", 1, "check run"},
+    {"--direction", 1, "check run bench"},
+    {"--sram", 1, "check run tour bench"},
+    {"--block-r", 1, "check run bench"},
+    {"--block-c", 1, "check run bench"},
+    {"--threads", 1, "check run tour bench"},
+    {"--verbose", 0, "check"},
+    {"--out", 1, "run"},
+    {"--stages", 1, "bench"},
+    {"--T", 1, "bench"},
+    {"--B", 1, "bench"},
+    {"--H", 1, "bench"},
+    {"--d", 1, "bench"},
+    {"--causal", 0, "bench"},
+    {"--reps", 1, "bench"},
+    {"--json", 0, "bench"},
+};
+
+static int usage_error(const char *command, const char *fmt, const char *what)
+{
+    fprintf(stderr, "flashlab%s%s: ", command ? " " : "", command ? command : "");
+    fprintf(stderr, fmt, what);
+    fprintf(stderr, " (see 'flashlab %s%s--help')\n", command ? command : "", command ? " " : "");
+    return FL_BAD_INPUT;
+}
+
+static int word_in_list(const char *word, const char *list)
+{
+    size_t n = strlen(word);
+    for (const char *p = list; (p = strstr(p, word)) != NULL; p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
+            return 1;
+    return 0;
+}
+
+/* Whole-string integer in [min, max]. */
+static int parse_int(const char *command, const char *name, const char *text, long min, long max,
+                     int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end != '\0' || v < min || v > max) {
+        fprintf(stderr, "flashlab %s: %s needs an integer in [%ld, %ld], got '%s' (see 'flashlab %s --help')\n",
+                command, name, min, max, text, command);
+        return FL_BAD_INPUT;
+    }
+    *out = (int)v;
+    return FL_OK;
+}
+
+/* Bytes with an optional K or M suffix (1024-based): 65536, 64K, 1M. */
+static int parse_bytes(const char *command, const char *name, const char *text, size_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    unsigned long long unit = 1;
+    if (*end == 'K' || *end == 'k')
+        unit = 1024, end++;
+    else if (*end == 'M' || *end == 'm')
+        unit = 1024 * 1024, end++;
+    if (errno || end == text || *end != '\0' || text[0] == '-' || v == 0 || v > (1ull << 40) / unit) {
+        fprintf(stderr, "flashlab %s: %s needs a positive byte count like 65536 or 64K, got '%s' "
+                "(see 'flashlab %s --help')\n", command, name, text, command);
+        return FL_BAD_INPUT;
+    }
+    *out = (size_t)(v * unit);
+    return FL_OK;
+}
+
+/* "512,1024,2048" into list; each value in [1, max]. */
+static int parse_int_list(const char *command, const char *name, const char *text, long max, IntList *list)
+{
+    char buf[512];
+    if (strlen(text) >= sizeof buf || text[0] == '\0')
+        return usage_error(command, "bad list '%s'", text);
+    strcpy(buf, text);
+    list->count = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (list->count == MAX_LIST)
+            return usage_error(command, "too many values in '%s'", text);
+        int rc = parse_int(command, name, tok, 1, max, &list->values[list->count++]);
+        if (rc != FL_OK)
+            return rc;
+    }
+    if (list->count == 0)
+        return usage_error(command, "empty list '%s'", text);
+    return FL_OK;
+}
+
+static int apply_option(Options *o, const char *name, const char *value)
+{
+    const char *cmd = o->command;
+    if (!strcmp(name, "--device")) {
+        if (!strcmp(value, "cpu"))
+            o->device = DEVICE_CPU, o->device_all = 0;
+        else if (!strcmp(value, "cuda"))
+            o->device = DEVICE_CUDA, o->device_all = 0;
+        else if (!strcmp(value, "all") && !strcmp(cmd, "tour"))
+            o->device_all = 1;
+        else
+            return usage_error(cmd, "unknown device '%s'", value);
+        return FL_OK;
+    }
+    if (!strcmp(name, "--variant")) {
+        o->variant = value;
+        return FL_OK;
+    }
+    if (!strcmp(name, "--direction")) {
+        if (!strcmp(value, "fwd"))
+            o->direction = DIR_FWD;
+        else if (!strcmp(value, "bwd"))
+            o->direction = DIR_BWD;
+        else
+            return usage_error(cmd, "--direction is fwd or bwd, got '%s'", value);
+        return FL_OK;
+    }
+    if (!strcmp(name, "--sram"))
+        return parse_bytes(cmd, name, value, &o->ctx.sram_bytes);
+    if (!strcmp(name, "--block-r"))
+        return parse_int(cmd, name, value, 1, 1 << 20, &o->ctx.block_r);
+    if (!strcmp(name, "--block-c"))
+        return parse_int(cmd, name, value, 1, 1 << 20, &o->ctx.block_c);
+    if (!strcmp(name, "--threads"))
+        return parse_int(cmd, name, value, 1, 4096, &o->ctx.threads);
+    if (!strcmp(name, "--verbose"))
+        return o->verbose = 1, FL_OK;
+    if (!strcmp(name, "--out"))
+        return o->out_dir = value, FL_OK;
+    if (!strcmp(name, "--stages"))
+        return o->stages = value, FL_OK;
+    if (!strcmp(name, "--T"))
+        return parse_int_list(cmd, name, value, 1 << 24, &o->T);
+    if (!strcmp(name, "--d"))
+        return parse_int_list(cmd, name, value, 4096, &o->d);
+    if (!strcmp(name, "--B"))
+        return parse_int(cmd, name, value, 1, 1 << 16, &o->B);
+    if (!strcmp(name, "--H"))
+        return parse_int(cmd, name, value, 1, 1 << 16, &o->H);
+    if (!strcmp(name, "--causal"))
+        return o->causal = 1, FL_OK;
+    if (!strcmp(name, "--reps"))
+        return parse_int(cmd, name, value, 1, 100000, &o->reps);
+    if (!strcmp(name, "--json"))
+        return o->json = 1, FL_OK;
+    return usage_error(cmd, "unknown option '%s'", name);
+}
+
+/* Parses argv (after the subcommand). Returns FL_OK, FL_BAD_INPUT, or -1 when help was asked for. */
+static int parse_options(Options *o, int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h"))
+            return -1;
+        if (strncmp(arg, "-", 1) != 0 || !strcmp(arg, "-")) {
+            if (o->npositional == MAX_POSITIONAL)
+                return usage_error(o->command, "too many arguments (at most %s)", "256");
+            o->positional[o->npositional++] = arg;
+            continue;
+        }
+        char name[64];
+        const char *eq = strchr(arg, '=');
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (len >= sizeof name)
+            return usage_error(o->command, "unknown option '%s'", arg);
+        memcpy(name, arg, len);
+        name[len] = '\0';
+        const OptionSpec *spec = NULL;
+        for (size_t s = 0; s < sizeof option_specs / sizeof option_specs[0]; s++)
+            if (!strcmp(option_specs[s].name, name) && word_in_list(o->command, option_specs[s].commands))
+                spec = &option_specs[s];
+        if (!spec)
+            return usage_error(o->command, "unknown option '%s'", name);
+        const char *value = NULL;
+        if (spec->takes_value) {
+            if (eq)
+                value = eq + 1;
+            else if (i + 1 < argc)
+                value = argv[++i];
+            else
+                return usage_error(o->command, "option '%s' needs a value", name);
+        } else if (eq) {
+            return usage_error(o->command, "option '%s' takes no value", name);
+        }
+        int rc = apply_option(o, name, value);
+        if (rc != FL_OK)
+            return rc;
+    }
+    return FL_OK;
+}
+
+/* ==== small helpers =========================================================================== */
+
+static const char *golden_dir(void)
+{
+    const char *env = getenv("FLASHLAB_GOLDEN");
+    return env && env[0] ? env : FLASHLAB_SOURCE_DIR "/golden/cases";
+}
+
+/* "12.3 MB": decimal units, as memory bandwidth is quoted. */
+static const char *human_bytes(double bytes, char *buf, size_t len)
+{
+    static const char *units[] = {"B", "kB", "MB", "GB", "TB"};
+    int u = 0;
+    while (bytes >= 1000.0 && u < 4)
+        bytes /= 1000.0, u++;
+    if (u == 0)
+        snprintf(buf, len, "%.0f B", bytes);
+    else
+        snprintf(buf, len, "%.1f %s", bytes, units[u]);
+    return buf;
+}
+
+/* FLOPs as the FlashAttention benchmarks count them (DESIGN §8): 2·B·Hq·Tq·Tk·(d + dv) forward
+ * (= 4·B·Hq·Tq·Tk·d when d = dv), halved for causal when Tq = Tk; backward 2.5x forward. */
+static double attention_flops(const AttnProblem *p, Direction dir)
+{
+    double f = 2.0 * p->B * p->Hq * (double)p->Tq * p->Tk * (p->d + p->dv);
+    if (p->causal && p->Tq == p->Tk)
+        f /= 2.0;
+    return dir == DIR_BWD ? 2.5 * f : f;
+}
+
+static const char *impl_label(const StageImpl *impl, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s%s%s", device_name(impl->device), impl->variant[0] ? " " : "", impl->variant);
+    return buf;
+}
+
+static int has_backward(const StageImpl *impl)
+{
+    return impl->backward && (impl->features & FEAT_BACKWARD);
+}
+
+/* "1", "01" or "01_naive" (digits, optionally followed by _name): could name a stage. */
+static int looks_like_stage(const char *s)
+{
+    size_t digits = strspn(s, "0123456789");
+    return digits >= 1 && digits <= 2 && (s[digits] == '\0' || s[digits] == '_');
+}
+
+/* Finds the implementation, or explains on stderr why there is none (returns 2) or why it cannot
+ * run here (77). */
+static int resolve_impl(const Options *o, const char *stage, const StageImpl **impl)
+{
+    if (o->device == DEVICE_CUDA && !cuda_device_available()) {
+        if (!looks_like_stage(stage))
+            return usage_error(o->command, "'%s' is not a stage (try 'flashlab list')", stage);
+        printf("no CUDA device: skipped (cuda: %s)\n", cuda_device_description());
+        return FL_NO_DEVICE;
+    }
+    *impl = stage_find(stage, o->device, o->variant);
+    if (*impl)
+        return FL_OK;
+    const StageImpl *any = stage_find(stage, o->device, NULL);
+    if (any && o->variant) {
+        char variants[512] = "";
+        const StageImpl *const *all = stage_registry();
+        for (int i = 0; all[i]; i++)
+            if (!strcmp(all[i]->stage, any->stage) && all[i]->device == o->device) {
+                size_t used = strlen(variants);
+                snprintf(variants + used, sizeof variants - used, "%s'%s'", used ? ", " : "",
+                         all[i]->variant);
+            }
+        fprintf(stderr, "flashlab %s: stage %s on %s has no variant '%s' (variants: %s)\n", o->command,
+                any->stage, device_name(o->device), o->variant, variants);
+        return FL_BAD_INPUT;
+    }
+    Device other = o->device == DEVICE_CPU ? DEVICE_CUDA : DEVICE_CPU;
+    if (stage_find(stage, other, NULL)) {
+        fprintf(stderr, "flashlab %s: stage %s has no %s implementation (it runs on %s)\n", o->command,
+                stage, device_name(o->device), device_name(other));
+        return FL_BAD_INPUT;
+    }
+    fprintf(stderr, "flashlab %s: no stage '%s' in this build (try 'flashlab list')\n", o->command, stage);
+    return FL_BAD_INPUT;
+}
+
+static RunCtx run_ctx(const Options *o)
+{
+    RunCtx ctx = o->ctx;
+    if (ctx.sram_bytes == 0)
+        ctx.sram_bytes = FLASHLAB_DEFAULT_SRAM_BYTES;
+    if (ctx.threads < 1)
+        ctx.threads = default_thread_count();
+    return ctx;
+}
+
+/* ---- outputs ---- */
+
+typedef struct {
+    Tensor out[OUT_COUNT];
+    AttnTensors t;
+} Outputs;
+
+static void outputs_free(Outputs *x)
+{
+    for (int id = 0; id < OUT_COUNT; id++)
+        tensor_free(&x->out[id]);
+    memset(x, 0, sizeof *x);
+}
+
+/* Poisoned (NaN) tensors for every output the problem produces. */
+static int outputs_alloc(const AttnProblem *p, Outputs *x, FlError *err)
+{
+    memset(x, 0, sizeof *x);
+    float **slot[OUT_COUNT] = {&x->t.o, &x->t.lse, &x->t.dq, &x->t.dk, &x->t.dv, &x->t.dsinks};
+    for (int id = 0; id < OUT_COUNT; id++) {
+        if (!output_present(p, (OutputId)id))
+            continue;
+        int64_t shape[TENSOR_MAX_DIMS];
+        int ndim = output_shape(p, (OutputId)id, shape);
+        if (tensor_alloc_poisoned(&x->out[id], ndim, shape) != 0) {
+            outputs_free(x);
+            return fl_fail(err, FL_BAD_INPUT, "out of memory allocating %s", output_file_name((OutputId)id));
+        }
+        *slot[id] = x->out[id].data;
+    }
+    return FL_OK;
+}
+
+/* The direction a case runs in: forward-only stages, or --direction fwd, ignore do.npy. */
+static Direction case_direction(const Options *o, const StageImpl *impl, const Case *c)
+{
+    if (o->direction == DIR_FWD || !c->problem.dout || !has_backward(impl))
+        return DIR_FWD;
+    return DIR_BWD;
+}
+
+static AttnProblem problem_for(const Case *c, Direction dir)
+{
+    AttnProblem p = c->problem;
+    if (dir == DIR_FWD)
+        p.dout = NULL;
+    return p;
+}
+
+static unsigned missing_features(const StageImpl *impl, const AttnProblem *p)
+{
+    return attn_required_features(p) & ~impl->features;
+}
+
+/* Compares every output of the run with the case's expected files. Fills *max_err; returns the
+ * number of failing tensors. print: one line per tensor (check_print) with this indent. */
+static int compare_outputs(const Case *c, const Outputs *x, int print, double *max_err)
+{
+    int failed = 0;
+    *max_err = 0.0;
+    for (int id = 0; id < OUT_COUNT; id++) {
+        const Tensor *got = &x->out[id];
+        if (!got->data)
+            continue;
+        const char *name = output_file_name((OutputId)id);
+        const Tensor *want = &c->expected[id];
+        if (!want->data) {
+            printf("    %s: no expected file in %s\n", name, c->dir);
+            failed++;
+            continue;
+        }
+        double tol = id <= OUT_LSE ? CHECK_TOL_FWD : CHECK_TOL_BWD;
+        CheckResult r;
+        if (check_tensor(got, want, tol, tol, &r) != 0) {
+            char a[64], b[64];
+            printf("    %s: shape %s but the expected file has %s\n", name,
+                   tensor_shape_str(got, a, sizeof a), tensor_shape_str(want, b, sizeof b));
+            failed++;
+            continue;
+        }
+        if (print) {
+            char label[80];
+            snprintf(label, sizeof label, "    %s", name);
+            check_print(stdout, label, got, &r);
+        }
+        if (r.max_abs_err > *max_err)
+            *max_err = r.max_abs_err;
+        failed += r.mismatches != 0;
+    }
+    return failed;
+}
+
+/* Exit code of several results: bad input beats unsupported beats no device beats failure. */
+static int worse(int a, int b)
+{
+    static const int rank[] = {FL_OK, FL_CHECK_FAILED, FL_NO_DEVICE, FL_UNSUPPORTED, FL_BAD_INPUT};
+    int ra = 0, rb = 0;
+    for (int i = 0; i < 5; i++) {
+        if (rank[i] == a)
+            ra = i;
+        if (rank[i] == b)
+            rb = i;
+    }
+    return ra >= rb ? a : b;
+}
+
+/* Case folders in dir, sorted; *names is malloc'ed, free with free_names. */
+static int list_subdirs(const char *dir, char ***names, int *count, FlError *err)
+{
+    struct dirent **entries;
+    int n = scandir(dir, &entries, NULL, alphasort);
+    if (n < 0)
+        return fl_fail(err, FL_BAD_INPUT, "%s: cannot read the folder (%s)", dir, strerror(errno));
+    *names = calloc((size_t)n + 1, sizeof **names);
+    *count = 0;
+    for (int i = 0; i < n; i++) {
+        char path[4096];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, entries[i]->d_name);
+        if (*names && entries[i]->d_name[0] != '.' && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            (*names)[(*count)++] = strdup(path);
+        free(entries[i]);
+    }
+    free(entries);
+    if (!*names)
+        return fl_fail(err, FL_BAD_INPUT, "out of memory listing %s", dir);
+    return FL_OK;
+}
+
+static void free_names(char **names, int count)
+{
+    for (int i = 0; i < count; i++)
+        free(names[i]);
+    free(names);
+}
+
+static int file_exists(const char *dir, const char *name)
+{
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return stat(path, &st) == 0;
+}
+
+/* ==== list ===================================================================================== */
+
+static const char *feature_list(unsigned features, char *buf, size_t len)
+{
+    size_t used = (size_t)snprintf(buf, len, "forward");
+    for (unsigned bit = 0; bit < FEAT_COUNT && used < len; bit++)
+        if (features & (1u << bit))
+            used += (size_t)snprintf(buf + used, len - used, ",%s", attn_feature_name(1u << bit));
+    return buf;
+}
+
+static int cmd_list(Options *o)
+{
+    (void)o;
+    const StageImpl *const *all = stage_registry();
+    if (!all[0]) {
+        printf("no stages in this build yet (stages/NN_name/CMakeLists.txt registers them)\n");
+        return FL_OK;
+    }
+    printf("%-5s  %-16s  %-6s  %-10s  %-48s  %s\n", "stage", "name", "device", "variant", "features", "lesson");
+    for (int i = 0; all[i]; i++) {
+        char features[256];
+        printf("%-5s  %-16s  %-6s  %-10s  %-48s  %s\n", all[i]->stage, all[i]->name,
+               device_name(all[i]->device), all[i]->variant[0] ? all[i]->variant : "-",
+               feature_list(all[i]->features, features, sizeof features), all[i]->lesson);
+    }
+    printf("cuda device: %s\n", cuda_device_available() ? cuda_device_description() : "none");
+    return FL_OK;
+}
+
+/* ==== check ==================================================================================== */
+
+typedef struct {
+    int checked, passed, skipped;
+    int code; /* worst status so far */
+} CheckTally;
+
+static void print_case_header(const Case *c, Direction dir, const AttnProblem *p, int verbose)
+{
+    printf("%s (%s): B=%d Hq=%d Hkv=%d Tq=%d Tk=%d d=%d dv=%d%s%s\n", c->name,
+           dir == DIR_BWD ? "fwd+bwd" : "fwd", p->B, p->Hq, p->Hkv, p->Tq, p->Tk, p->d, p->dv,
+           p->causal ? " causal" : "", p->sinks ? " sinks" : "");
+    if (verbose && c->description[0])
+        printf("    %s\n", c->description);
+}
+
+/* Runs one loaded case and compares; explicit: the user named it (unsupported -> exit 3). */
+static void check_one_case(const Options *o, const StageImpl *impl, Case *c, int explicit,
+                           CheckTally *tally)
+{
+    if (o->direction == DIR_BWD && !c->problem.dout) {
+        if (explicit) {
+            fprintf(stderr, "flashlab check: %s: no do.npy, so no backward pass to check (--direction bwd)\n",
+                    c->dir);
+            tally->code = worse(tally->code, FL_BAD_INPUT);
+        } else {
+            tally->skipped++;
+        }
+        return;
+    }
+    Direction dir = case_direction(o, impl, c);
+    AttnProblem p = problem_for(c, dir);
+    if (missing_features(impl, &p) && !explicit) {
+        if (o->verbose)
+            printf("%s: skipped (needs features stage %s lacks)\n", c->name, impl->stage);
+        tally->skipped++;
+        return;
+    }
+    FlError err = {{0}};
+    Outputs x;
+    RunStats stats;
+    RunCtx ctx = run_ctx(o);
+    int rc = outputs_alloc(&p, &x, &err);
+    if (rc == FL_OK)
+        rc = runner_run(impl, dir, &p, &x.t, &ctx, &stats, &err);
+    if (rc != FL_OK) {
+        fprintf(stderr, "flashlab check: %s: %s\n", c->dir, err.msg);
+        tally->code = worse(tally->code, rc == FL_CHECK_FAILED ? FL_BAD_INPUT : rc);
+        if (rc != FL_UNSUPPORTED && rc != FL_NO_DEVICE)
+            tally->checked++;
+        outputs_free(&x);
+        return;
+    }
+    print_case_header(c, dir, &p, o->verbose);
+    if (o->verbose) {
+        char r[32], w[32], e[32];
+        printf("    hbm fwd: read %s, written %s, extra %s\n", human_bytes((double)stats.fwd.bytes_read, r, 32),
+               human_bytes((double)stats.fwd.bytes_written, w, 32), human_bytes((double)stats.extra_bytes_fwd, e, 32));
+        if (dir == DIR_BWD)
+            printf("    hbm bwd: read %s, written %s, extra %s\n", human_bytes((double)stats.bwd.bytes_read, r, 32),
+                   human_bytes((double)stats.bwd.bytes_written, w, 32), human_bytes((double)stats.extra_bytes_bwd, e, 32));
+    }
+    double max_err;
+    int failed = compare_outputs(c, &x, 1, &max_err);
+    tally->checked++;
+    if (failed == 0)
+        tally->passed++;
+    else
+        tally->code = worse(tally->code, FL_CHECK_FAILED);
+    outputs_free(&x);
+}
+
+static int check_case_dir(const Options *o, const StageImpl *impl, const char *dir, int explicit,
+                          CheckTally *tally)
+{
+    if (!explicit && !file_exists(dir, "q.npy")) {
+        if (o->verbose)
+            printf("%s: skipped (no q.npy: not an attention case)\n", dir);
+        return FL_OK;
+    }
+    Case c;
+    FlError err = {{0}};
+    int rc = case_load(dir, 1, &c, &err);
+    if (rc != FL_OK) {
+        fprintf(stderr, "flashlab check: %s\n", err.msg);
+        tally->code = worse(tally->code, rc);
+        return rc;
+    }
+    check_one_case(o, impl, &c, explicit, tally);
+    case_free(&c);
+    return FL_OK;
+}
+
+static int cmd_check(Options *o)
+{
+    if (o->npositional < 1)
+        return usage_error("check", "missing %s", "STAGE");
+    const StageImpl *impl;
+    int rc = resolve_impl(o, o->positional[0], &impl);
+    if (rc != FL_OK)
+        return rc;
+    if (o->direction == DIR_BWD && !has_backward(impl)) {
+        fprintf(stderr, "flashlab check: stage %s (%s) has no backward pass; stage %s adds it\n", impl->stage,
+                impl->name, attn_feature_added_by(FEAT_BACKWARD));
+        return FL_UNSUPPORTED;
+    }
+    CheckTally tally = {0, 0, 0, FL_OK};
+    if (o->npositional > 1) {
+        for (int i = 1; i < o->npositional; i++)
+            check_case_dir(o, impl, o->positional[i], 1, &tally);
+    } else {
+        char **dirs;
+        int n;
+        FlError err = {{0}};
+        if (list_subdirs(golden_dir(), &dirs, &n, &err) != FL_OK) {
+            fprintf(stderr, "flashlab check: %s (set FLASHLAB_GOLDEN or name case folders)\n", err.msg);
+            return FL_BAD_INPUT;
+        }
+        for (int i = 0; i < n; i++)
+            check_case_dir(o, impl, dirs[i], 0, &tally);
+        free_names(dirs, n);
+    }
+    if (tally.checked == 0 && tally.code != FL_OK)
+        return tally.code;
+    char label[64];
+    printf("stage %s (%s, %s): %d case%s checked, %d passed, %d failed", impl->stage, impl->name,
+           impl_label(impl, label, sizeof label), tally.checked, tally.checked == 1 ? "" : "s", tally.passed,
+           tally.checked - tally.passed);
+    if (tally.skipped)
+        printf("; %d golden case%s skipped (features or direction this run does not cover)", tally.skipped,
+               tally.skipped == 1 ? "" : "s");
+    printf("\n");
+    if (tally.code == FL_OK && tally.checked == 0) {
+        fprintf(stderr, "flashlab check: no case was checked for stage %s%s: that is not a pass\n", impl->stage,
+                o->direction == DIR_BWD ? " --direction bwd" : "");
+        return FL_BAD_INPUT;
+    }
+    return tally.code;
+}
+
+/* ==== run ====================================================================================== */
+
+/* mkdir -p; *created_last = 1 when the final folder did not exist before. */
+static int make_dirs(const char *path, int *created_last, FlError *err)
+{
+    char buf[4096];
+    *created_last = 0;
+    if (strlen(path) >= sizeof buf)
+        return fl_fail(err, FL_BAD_INPUT, "%s: path too long", path);
+    strcpy(buf, path);
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char saved = *p;
+        *p = '\0';
+        if (mkdir(buf, 0777) == 0) {
+            *created_last = saved == '\0' || p[1] == '\0';
+        } else if (errno != EEXIST) {
+            return fl_fail(err, FL_BAD_INPUT, "%s: cannot create the folder (%s)", buf, strerror(errno));
+        } else {
+            struct stat st;
+            if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
+                return fl_fail(err, FL_BAD_INPUT, "%s: exists and is not a folder", buf);
+        }
+        *p = saved;
+        if (saved == '\0')
+            break;
+    }
+    return FL_OK;
+}
+
+/* Writes every output; on any failure removes the files already written (and the folder, when
+ * this call created it), so no half result is left behind. */
+static int write_outputs(const char *out_dir, const Outputs *x, FlError *err)
+{
+    int created;
+    int rc = make_dirs(out_dir, &created, err);
+    if (rc != FL_OK)
+        return rc;
+    char written[OUT_COUNT][4096];
+    int nwritten = 0;
+    for (int id = 0; id < OUT_COUNT && rc == FL_OK; id++) {
+        if (!x->out[id].data)
+            continue;
+        snprintf(written[nwritten], sizeof written[0], "%s/%s", out_dir, output_file_name((OutputId)id));
+        rc = npy_write(written[nwritten], &x->out[id], err);
+        if (rc == FL_OK)
+            nwritten++;
+    }
+    if (rc != FL_OK) {
+        for (int i = 0; i < nwritten; i++)
+            unlink(written[i]);
+        if (created)
+            rmdir(out_dir);
+        return rc;
+    }
+    for (int i = 0; i < nwritten; i++)
+        printf("wrote %s\n", written[i]);
+    return FL_OK;
+}
+
+static int cmd_run(Options *o)
+{
+    if (o->npositional < 2)
+        return usage_error("run", "missing %s", o->npositional < 1 ? "STAGE and CASE_DIR" : "CASE_DIR");
+    if (o->npositional > 2)
+        return usage_error("run", "one case folder at a time, got extra argument '%s'", o->positional[2]);
+    if (!o->out_dir)
+        return usage_error("run", "missing %s", "--out DIR");
+    const StageImpl *impl;
+    int rc = resolve_impl(o, o->positional[0], &impl);
+    if (rc != FL_OK)
+        return rc;
+    Case c;
+    FlError err = {{0}};
+    rc = case_load(o->positional[1], 0, &c, &err);
+    if (rc != FL_OK) {
+        fprintf(stderr, "flashlab run: %s\n", err.msg);
+        return rc;
+    }
+    if (o->direction == DIR_BWD && (!c.problem.dout || !has_backward(impl))) {
+        fprintf(stderr, "flashlab run: --direction bwd needs %s\n",
+                c.problem.dout ? "a stage with a backward pass (stage 06 on)" : "do.npy in the case folder");
+        int code = c.problem.dout ? FL_UNSUPPORTED : FL_BAD_INPUT;
+        case_free(&c);
+        return code;
+    }
+    Direction dir = case_direction(o, impl, &c);
+    if (c.problem.dout && dir == DIR_FWD && o->direction != DIR_FWD)
+        fprintf(stderr, "flashlab run: note: stage %s has no backward pass (stage %s adds it); do.npy ignored\n",
+                impl->stage, attn_feature_added_by(FEAT_BACKWARD));
+    AttnProblem p = problem_for(&c, dir);
+    Outputs x;
+    RunCtx ctx = run_ctx(o);
+    rc = outputs_alloc(&p, &x, &err);
+    if (rc == FL_OK)
+        rc = runner_run(impl, dir, &p, &x.t, &ctx, NULL, &err);
+    if (rc == FL_OK)
+        rc = write_outputs(o->out_dir, &x, &err);
+    if (rc != FL_OK) {
+        if (rc == FL_NO_DEVICE)
+            printf("no CUDA device: skipped\n");
+        fprintf(stderr, "flashlab run: %s\n", err.msg);
+    }
+    outputs_free(&x);
+    case_free(&c);
+    return rc == FL_CHECK_FAILED ? FL_BAD_INPUT : rc;
+}
+
+/* ==== tour ===================================================================================== */
+
+/* One row of the tour table: runs, checks, counts and times one implementation. Returns 1 if the
+ * row failed. */
+static int tour_row(const Options *o, const StageImpl *impl, const Case *c)
+{
+    char dev[48], err_s[32], r[32], w[32], e[32];
+    printf("%-5s  %-12s  ", impl->stage, impl_label(impl, dev, sizeof dev));
+    if (impl->device == DEVICE_CUDA && !cuda_device_available()) {
+        printf("skipped (no CUDA device)  %s\n", impl->lesson);
+        return 0;
+    }
+    Direction dir = case_direction(o, impl, c);
+    AttnProblem p = problem_for(c, dir);
+    unsigned missing = missing_features(impl, &p);
+    if (missing) {
+        unsigned first = missing & (~missing + 1);
+        printf("n/a: case needs %s (stage %s)  %s\n", attn_feature_name(first), attn_feature_added_by(first),
+               impl->lesson);
+        return 0;
+    }
+    FlError err = {{0}};
+    Outputs x;
+    RunStats stats;
+    RunCtx ctx = run_ctx(o);
+    double max_err = 0.0, ms = 0.0;
+    int rc = outputs_alloc(&p, &x, &err);
+    if (rc == FL_OK)
+        rc = runner_run(impl, dir, &p, &x.t, &ctx, &stats, &err);
+    int failed = rc == FL_OK ? compare_outputs(c, &x, 0, &max_err) : 0;
+    outputs_free(&x);
+    AttnProblem fwd = problem_for(c, DIR_FWD);
+    if (rc == FL_OK)
+        rc = runner_time(impl, DIR_FWD, &fwd, &ctx, 1, TOUR_REPS, &ms, &err);
+    if (rc != FL_OK) {
+        printf("FAIL  error: %s\n", err.msg);
+        return 1;
+    }
+    snprintf(err_s, sizeof err_s, "%.1e", max_err);
+    printf("%-7s  %-4s  %-8s  %9s  %9s  %9s  %9.3f  %8.2f  %s\n", dir == DIR_BWD ? "fwd+bwd" : "fwd",
+           failed ? "FAIL" : "pass", err_s, human_bytes((double)stats.fwd.bytes_read, r, sizeof r),
+           human_bytes((double)stats.fwd.bytes_written, w, sizeof w),
+           human_bytes((double)stats.extra_bytes_fwd, e, sizeof e), ms, attention_flops(&fwd, DIR_FWD) / (ms * 1e6),
+           impl->lesson);
+    return failed != 0;
+}
+
+static int cmd_tour(Options *o)
+{
+    if (o->npositional > 0)
+        return usage_error("tour", "unexpected argument '%s'", o->positional[0]);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/tour", golden_dir());
+    Case c;
+    FlError err = {{0}};
+    int rc = case_load(dir, 1, &c, &err);
+    if (rc != FL_OK) {
+        fprintf(stderr, "flashlab tour: %s\n", err.msg);
+        return rc;
+    }
+    const AttnProblem *p = &c.problem;
+    printf("tour case %s: B=%d Hq=%d Hkv=%d Tq=%d Tk=%d d=%d dv=%d%s%s\n", dir, p->B, p->Hq, p->Hkv, p->Tq,
+           p->Tk, p->d, p->dv, p->causal ? " causal" : "", p->dout ? ", with dO" : "");
+    printf("HBM read/written and extra memory: forward pass; time: median of %d forward runs; "
+           "SRAM M = %zu bytes for the tiled CPU stages\n\n", TOUR_REPS, run_ctx(o).sram_bytes);
+    printf("%-5s  %-12s  %-7s  %-4s  %-8s  %9s  %9s  %9s  %9s  %8s  %s\n", "stage", "device", "checked", "ok?",
+           "max err", "HBM read", "HBM write", "extra mem", "time ms", "GFLOP/s", "lesson");
+    const StageImpl *const *all = stage_registry();
+    int rows = 0, failed = 0;
+    for (int i = 0; all[i]; i++) {
+        if (!o->device_all && all[i]->device != o->device)
+            continue;
+        failed += tour_row(o, all[i], &c);
+        rows++;
+    }
+    case_free(&c);
+    if (rows == 0)
+        printf("(no stages in this build for this device yet)\n");
+    printf("\ncuda device: %s\n", cuda_device_available() ? cuda_device_description() : "none");
+    printf("%d row%s, %d failed\n", rows, rows == 1 ? "" : "s", failed);
+    return failed ? FL_CHECK_FAILED : FL_OK;
+}
+
+/* ==== bench ==================================================================================== */
+
+typedef struct {
+    Tensor q, k, v, dout;
+} BenchInputs;
+
+static void bench_inputs_free(BenchInputs *in)
+{
+    tensor_free(&in->q);
+    tensor_free(&in->k);
+    tensor_free(&in->v);
+    tensor_free(&in->dout);
+}
+
+/* Seeded normal inputs for a (B, H, T, d) self-attention problem. */
+static int bench_inputs(const Options *o, int T, int d, int with_dout, BenchInputs *in, AttnProblem *p)
+{
+    memset(in, 0, sizeof *in);
+    int64_t shape[4] = {o->B, o->H, T, d};
+    Tensor *all[4] = {&in->q, &in->k, &in->v, &in->dout};
+    Rng rng;
+    rng_seed(&rng, BENCH_SEED + (uint64_t)T * 131u + (uint64_t)d);
+    for (int i = 0; i < (with_dout ? 4 : 3); i++) {
+        if (tensor_alloc_poisoned(all[i], 4, shape) != 0) {
+            bench_inputs_free(in);
+            return -1;
+        }
+        rng_fill_normal(&rng, all[i]->data, tensor_numel(all[i]), 1.0f);
+    }
+    memset(p, 0, sizeof *p);
+    p->B = o->B, p->Hq = o->H, p->Hkv = o->H, p->Tq = T, p->Tk = T, p->d = d, p->dv = d;
+    p->scale = 1.0f / sqrtf((float)d);
+    p->causal = o->causal;
+    p->q = in->q.data, p->k = in->k.data, p->v = in->v.data;
+    p->dout = with_dout ? in->dout.data : NULL;
+    return 0;
+}
+
+static void json_string(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            printf("\\u%04x", *s);
+        else
+            putchar(*s);
+    }
+    putchar('"');
+}
+
+typedef struct {
+    const StageImpl *impl;
+    AttnProblem p;
+    Direction dir;
+    double ms, flops;
+    uint64_t read, written;
+    size_t extra;
+    const char *error;
+} BenchRow;
+
+static void bench_print_row(const Options *o, const BenchRow *row, int first)
+{
+    const AttnProblem *p = &row->p;
+    if (o->json) {
+        printf("%s\n  {\"stage\": \"%s\", \"name\": \"%s\", \"variant\": \"%s\", \"device\": \"%s\", "
+               "\"direction\": \"%s\", \"B\": %d, \"Hq\": %d, \"Hkv\": %d, \"Tq\": %d, \"Tk\": %d, \"d\": %d, "
+               "\"dv\": %d, \"causal\": %s, \"flops\": %.0f, ",
+               first ? "" : ",", row->impl->stage, row->impl->name, row->impl->variant,
+               device_name(row->impl->device), row->dir == DIR_BWD ? "bwd" : "fwd", p->B, p->Hq, p->Hkv, p->Tq,
+               p->Tk, p->d, p->dv, p->causal ? "true" : "false", row->flops);
+        if (row->error) {
+            printf("\"error\": ");
+            json_string(row->error);
+            printf("}");
+        } else {
+            printf("\"time_ms\": %.6g, \"gflops_per_s\": %.6g, \"hbm_read_bytes\": %llu, "
+                   "\"hbm_written_bytes\": %llu, \"extra_bytes\": %zu, \"error\": null}",
+                   row->ms, row->flops / (row->ms * 1e6), (unsigned long long)row->read,
+                   (unsigned long long)row->written, row->extra);
+        }
+        return;
+    }
+    char dev[48], r[32], w[32], e[32];
+    printf("%-5s  %-12s  %-3s  %3d  %3d  %6d  %4d  ", row->impl->stage,
+           impl_label(row->impl, dev, sizeof dev), row->dir == DIR_BWD ? "bwd" : "fwd", p->B, p->Hq, p->Tq, p->d);
+    if (row->error) {
+        printf("%s\n", row->error);
+        return;
+    }
+    double rate = row->flops / (row->ms * 1e6);
+    if (row->impl->device == DEVICE_CUDA)
+        rate /= 1000.0;
+    printf("%10.3f  %9.2f  %9s  %9s  %9s\n", row->ms, rate, human_bytes((double)row->read, r, sizeof r),
+           human_bytes((double)row->written, w, sizeof w), human_bytes((double)row->extra, e, sizeof e));
+}
+
+/* Counting run + timed run of one (implementation, T, d). Returns the row's status. */
+static int bench_one(const Options *o, const StageImpl *impl, int T, int d, BenchRow *row, FlError *err)
+{
+    memset(row, 0, sizeof *row);
+    row->impl = impl;
+    row->dir = o->direction == DIR_BWD ? DIR_BWD : DIR_FWD;
+    BenchInputs in;
+    if (bench_inputs(o, T, d, row->dir == DIR_BWD, &in, &row->p) != 0)
+        return fl_fail(err, FL_BAD_INPUT, "out of memory for inputs of T=%d d=%d", T, d);
+    row->flops = attention_flops(&row->p, row->dir);
+    Outputs x;
+    RunStats stats;
+    RunCtx ctx = run_ctx(o);
+    int rc = outputs_alloc(&row->p, &x, err);
+    if (rc == FL_OK)
+        rc = runner_run(impl, row->dir, &row->p, &x.t, &ctx, &stats, err);
+    outputs_free(&x);
+    if (rc == FL_OK)
+        rc = runner_time(impl, row->dir, &row->p, &ctx, 1, o->reps, &row->ms, err);
+    const HbmCounter *count = row->dir == DIR_BWD ? &stats.bwd : &stats.fwd;
+    if (rc == FL_OK) {
+        row->read = count->bytes_read;
+        row->written = count->bytes_written;
+        row->extra = row->dir == DIR_BWD ? stats.extra_bytes_bwd : stats.extra_bytes_fwd;
+    }
+    bench_inputs_free(&in);
+    row->p.q = row->p.k = row->p.v = row->p.dout = NULL;
+    return rc;
+}
+
+/* The implementations to bench: every one on the device, or those of the --stages list. */
+static int bench_select(const Options *o, const StageImpl **chosen, int *count)
+{
+    const StageImpl *const *all = stage_registry();
+    *count = 0;
+    char buf[512];
+    if (o->stages && strlen(o->stages) >= sizeof buf)
+        return usage_error("bench", "--stages list too long: '%s'", o->stages);
+    snprintf(buf, sizeof buf, "%s", o->stages ? o->stages : "");
+    char *save = NULL;
+    char *tok = o->stages ? strtok_r(buf, ",", &save) : NULL;
+    do {
+        const StageImpl *want = tok ? stage_find(tok, o->device, NULL) : NULL;
+        if (tok && !want) {
+            fprintf(stderr, "flashlab bench: no stage '%s' on %s in this build (try 'flashlab list')\n", tok,
+                    device_name(o->device));
+            return FL_BAD_INPUT;
+        }
+        for (int i = 0; all[i] && *count < 128; i++)
+            if (all[i]->device == o->device && (!want || !strcmp(all[i]->stage, want->stage)))
+                chosen[(*count)++] = all[i];
+    } while (tok && (tok = strtok_r(NULL, ",", &save)) != NULL);
+    return FL_OK;
+}
+
+static int cmd_bench(Options *o)
+{
+    if (o->npositional > 0)
+        return usage_error("bench", "unexpected argument '%s'", o->positional[0]);
+    if (o->device == DEVICE_CUDA && !cuda_device_available()) {
+        printf("no CUDA device: skipped (cuda: %s)\n", cuda_device_description());
+        return FL_NO_DEVICE;
+    }
+    int cuda = o->device == DEVICE_CUDA;
+    static const int cpu_T[] = {512, 1024, 2048, 4096}, cuda_T[] = {1024, 4096, 16384}, cuda_d[] = {64, 128};
+    if (o->T.count == 0)
+        for (int i = 0; i < (cuda ? 3 : 4); i++)
+            o->T.values[o->T.count++] = cuda ? cuda_T[i] : cpu_T[i];
+    if (o->d.count == 0)
+        for (int i = 0; i < (cuda ? 2 : 1); i++)
+            o->d.values[o->d.count++] = cuda_d[i];
+    if (o->B == 0)
+        o->B = cuda ? 4 : 1;
+    if (o->H == 0)
+        o->H = cuda ? 16 : 8;
+    if (o->reps == 0)
+        o->reps = cuda ? 20 : 3;
+    const StageImpl *chosen[128];
+    int n;
+    int rc = bench_select(o, chosen, &n);
+    if (rc != FL_OK)
+        return rc;
+    if (n == 0) {
+        fprintf(stderr, "flashlab bench: no %s stages in this build\n", device_name(o->device));
+        return FL_BAD_INPUT;
+    }
+    if (o->json)
+        printf("[");
+    else
+        printf("%-5s  %-12s  %-3s  %3s  %3s  %6s  %4s  %10s  %9s  %9s  %9s  %9s\n", "stage", "device", "dir", "B",
+               "H", "T", "d", "time ms", cuda ? "TFLOP/s" : "GFLOP/s", "HBM read", "HBM write", "extra mem");
+    int rows = 0, errors = 0;
+    for (int s = 0; s < n; s++)
+        for (int ti = 0; ti < o->T.count; ti++)
+            for (int di = 0; di < o->d.count; di++) {
+                BenchRow row;
+                FlError err = {{0}};
+                if (o->direction == DIR_BWD && !has_backward(chosen[s]))
+                    continue; /* forward-only stage: nothing to time backward */
+                int status = bench_one(o, chosen[s], o->T.values[ti], o->d.values[di], &row, &err);
+                if (status != FL_OK) {
+                    row.error = err.msg;
+                    errors += status != FL_UNSUPPORTED;
+                }
+                bench_print_row(o, &row, rows == 0);
+                rows++;
+                fflush(stdout);
+            }
+    if (o->json)
+        printf("\n]\n");
+    if (rows == 0) {
+        fprintf(stderr, "flashlab bench: nothing to run (no selected stage has a backward pass)\n");
+        return FL_BAD_INPUT;
+    }
+    return errors ? FL_CHECK_FAILED : FL_OK;
+}
+
+/* ==== diff ===================================================================================== */
+
+/* The folder name ("07_causal") under stages/ for "7", "07" or "07_causal". */
+static int stage_folder(const char *arg, char *folder, size_t len)
+{
+    if (!looks_like_stage(arg))
+        return usage_error("diff", "'%s' is not a stage number like 06 or 06_backward", arg);
+    char number[3];
+    size_t digits = strspn(arg, "0123456789");
+    snprintf(number, sizeof number, "%s%.*s", digits == 1 ? "0" : "", (int)digits, arg);
+    char **dirs;
+    int n;
+    FlError err = {{0}};
+    if (list_subdirs(FLASHLAB_SOURCE_DIR "/stages", &dirs, &n, &err) != FL_OK) {
+        fprintf(stderr, "flashlab diff: %s\n", err.msg);
+        return FL_BAD_INPUT;
+    }
+    int found = 0;
+    for (int i = 0; i < n && !found; i++) {
+        const char *base = strrchr(dirs[i], '/') + 1;
+        if (strncmp(base, number, 2) == 0 && base[2] == '_' && (arg[digits] == '\0' || !strcmp(base + 2, arg + digits))) {
+            snprintf(folder, len, "%s", base);
+            found = 1;
+        }
+    }
+    free_names(dirs, n);
+    if (!found)
+    {
+        fprintf(stderr, "flashlab diff: no folder %s/stages/%s_*\n", FLASHLAB_SOURCE_DIR, number);
+        return FL_BAD_INPUT;
+    }
+    return FL_OK;
+}
+
+static int is_kind(const char *file, const char *kind)
+{
+    if (kind[0] != '.')
+        return !strcmp(file, kind);
+    size_t n = strlen(file), k = strlen(kind);
+    return n > k && !strcmp(file + n - k, kind);
+}
+
+/* Files of one kind in stages/<folder>, sorted. */
+static int files_of_kind(const char *folder, const char *kind, char names[][256], int max)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/stages/%s", FLASHLAB_SOURCE_DIR, folder);
+    struct dirent **entries;
+    int n = scandir(path, &entries, NULL, alphasort);
+    int count = 0;
+    for (int i = 0; i < n; i++) {
+        if (count < max && is_kind(entries[i]->d_name, kind))
+            snprintf(names[count++], 256, "%s", entries[i]->d_name);
+        free(entries[i]);
+    }
+    if (n >= 0)
+        free(entries);
+    return count;
+}
+
+/* `diff -u a b` run in the source folder, so the labels are the relative paths. */
+static int run_diff(const char *a, const char *b)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "flashlab diff: cannot start diff (%s)\n", strerror(errno));
+        return FL_BAD_INPUT;
+    }
+    if (pid == 0) {
+        if (chdir(FLASHLAB_SOURCE_DIR) == 0)
+            execlp("diff", "diff", "-u", "--label", a, "--label", b, a, b, (char *)NULL);
+        fprintf(stderr, "flashlab diff: cannot run the system 'diff' (%s)\n", strerror(errno));
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return FL_BAD_INPUT;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) > 1)
+        return FL_BAD_INPUT;
+    if (WEXITSTATUS(status) == 0)
+        printf("(%s and %s are identical)\n", a, b);
+    return FL_OK;
+}
+
+static int diff_kind(const char *fa, const char *fb, const char *kind)
+{
+    char a[8][256], b[8][256];
+    int na = files_of_kind(fa, kind, a, 8), nb = files_of_kind(fb, kind, b, 8);
+    if (na == 0 && nb == 0)
+        return FL_OK;
+    printf("==== %s ====\n", kind);
+    if (na == 0 || nb == 0) {
+        printf("stages/%s has no %s file%s\n", na ? fb : fa, kind, kind[0] == '.' ? "" : " (README)");
+        return FL_OK;
+    }
+    int rc = FL_OK;
+    for (int i = 0; i < na; i++) {
+        /* one file each: diff them; several: pair by name, the first with the first otherwise */
+        int j = -1;
+        for (int m = 0; m < nb; m++)
+            if (!strcmp(a[i], b[m]))
+                j = m;
+        if (j < 0 && na == 1 && nb == 1)
+            j = 0;
+        if (j < 0) {
+            printf("only in stages/%s: %s\n", fa, a[i]);
+            continue;
+        }
+        char pa[4400], pb[4400];
+        snprintf(pa, sizeof pa, "stages/%s/%s", fa, a[i]);
+        snprintf(pb, sizeof pb, "stages/%s/%s", fb, b[j]);
+        rc = worse(rc, run_diff(pa, pb));
+    }
+    for (int m = 0; m < nb && !(na == 1 && nb == 1); m++) {
+        int paired = 0;
+        for (int i = 0; i < na; i++)
+            paired |= !strcmp(a[i], b[m]);
+        if (!paired)
+            printf("only in stages/%s: %s\n", fb, b[m]);
+    }
+    return rc;
+}
+
+static int cmd_diff(Options *o)
+{
+    if (o->npositional != 2)
+        return usage_error("diff", "needs two stages, e.g. 'flashlab diff 06 07'%s", "");
+    char fa[256], fb[256];
+    int rc = stage_folder(o->positional[0], fa, sizeof fa);
+    if (rc == FL_OK)
+        rc = stage_folder(o->positional[1], fb, sizeof fb);
+    if (rc != FL_OK)
+        return rc;
+    static const char *kinds[] = {".c", ".cu", "README.md"};
+    for (int k = 0; k < 3; k++)
+        rc = worse(rc, diff_kind(fa, fb, kinds[k]));
+    return rc;
+}
+
+/* ==== help and dispatch ======================================================================= */
+
+typedef struct {
+    const char *name;
+    int (*run)(Options *);
+    const char *usage;
+    const char *help;
+} Command;
+
+static const Command commands[] = {
+    {"list", cmd_list, "flashlab list",
+     "Prints one row per registered implementation: stage, name, device, variant, the features it\n"
+     "supports and its one-line lesson; then whether a CUDA device is available.\n"},
+    {"check", cmd_check,
+     "flashlab check STAGE [CASE_DIR...] [--device cpu|cuda] [--variant V] [--direction fwd|bwd]\n"
+     "                     [--sram BYTES] [--block-r N] [--block-c N] [--threads N] [--verbose]",
+     "Runs STAGE (e.g. 3, 03 or 03_tiled) on case folders and compares every output with the case's\n"
+     "expected .npy files: |out - ref| <= 1e-4 + 1e-4*|ref| for o and lse, 5e-4 for gradients; NaN/Inf\n"
+     "positions must match. Outputs are poisoned with NaN before each run. Prints a header per case, one\n"
+     "line per tensor (max abs error, max rel error, mismatches and the first mismatching indices), then\n"
+     "a summary.\n"
+     "\n"
+     "Cases: the CASE_DIRs given, else every folder of the golden directory ($FLASHLAB_GOLDEN, default\n"
+     "golden/cases of the source tree) that holds q.npy and whose features the stage supports.\n"
+     "Direction: without --direction a case runs forward+backward when it has do.npy and the stage has a\n"
+     "backward pass (o, lse, dq, dk, dv and dsinks are compared), else forward only (o, lse; do.npy is\n"
+     "ignored). --direction fwd checks the forward pass only; --direction bwd only cases with do.npy.\n"
+     "\n"
+     "  --device cpu|cuda   device of the implementation (default cpu)\n"
+     "  --variant V         a variant of the stage (see 'flashlab list'); default the plain one\n"
+     "  --sram BYTES        SRAM size M of the tiled CPU stages (65536, 64K, 1M; default 128K)\n"
+     "  --block-r/-c N      tile sizes Br, Bc (default: derived from M and d)\n"
+     "  --threads N         CPU worker threads (default: all cores)\n"
+     "  --verbose           case descriptions, HBM counts, and the golden cases skipped\n"
+     "\n"
+     "Exit: 0 all passed; 1 a tensor failed; 2 bad usage, an unreadable case, or no case checked at all;\n"
+     "3 a named case needs a feature the stage lacks (or --direction bwd on a forward-only stage);\n"
+     "77 --device cuda without a CUDA device (prints 'no CUDA device: skipped').\n"},
+    {"run", cmd_run,
+     "flashlab run STAGE CASE_DIR --out DIR [--device cpu|cuda] [--variant V] [--direction fwd|bwd]\n"
+     "                   [--sram BYTES] [--block-r N] [--block-c N] [--threads N]",
+     "Runs STAGE on any case folder (case.json optional, q.npy k.npy v.npy, optional do.npy and\n"
+     "sinks.npy; expected files are not needed) and writes float32 o.npy and lse.npy into DIR, plus\n"
+     "dq.npy dk.npy dv.npy (and dsinks.npy with sinks.npy) when do.npy is present and the stage has a\n"
+     "backward pass (--direction fwd skips it). DIR is created if missing. Everything is computed before\n"
+     "any file is written; if a write fails, the files already written are removed.\n"
+     "Exit: 0 ok; 2 bad usage or bad input; 3 the case needs a feature the stage lacks; 77 no CUDA device.\n"},
+    {"tour", cmd_tour, "flashlab tour [--device cpu|cuda|all] [--sram BYTES] [--threads N]",
+     "Runs every registered implementation, in ladder order, on the golden case golden/cases/tour and\n"
+     "prints one table: stage, device (and variant), what was checked (fwd, or fwd+bwd where the stage\n"
+     "has a backward pass and the case has do.npy), pass/FAIL, the max abs error against the golden\n"
+     "files, HBM bytes read and written and the extra memory of the forward pass, the median time of 5\n"
+     "forward runs (after 1 warm-up, counting off), GFLOP/s (4*B*Hq*Tq*Tk*d), and the lesson.\n"
+     "CUDA rows print 'skipped (no CUDA device)' when there is none. --device picks one device\n"
+     "(default all). Exit: 0 all rows passed; 1 a row failed; 2 the tour case cannot be read.\n"},
+    {"bench", cmd_bench,
+     "flashlab bench [--device cpu|cuda] [--stages 01,02,03] [--T 512,1024,2048,4096] [--B 1] [--H 8]\n"
+     "               [--d 64] [--causal] [--direction fwd|bwd] [--reps N] [--sram BYTES]\n"
+     "               [--block-r N] [--block-c N] [--threads N] [--json]",
+     "Times the stages on seeded random self-attention problems (B, H, T, d), Hq = Hkv = H, d = dv.\n"
+     "For each (stage implementation, T, d): one counting run (HBM bytes, extra memory) and a timed\n"
+     "run: the median of --reps runs after one warm-up, counting off. Prints time in ms, GFLOP/s\n"
+     "(TFLOP/s on cuda), HBM bytes read and written, and extra memory, one row per run as it finishes;\n"
+     "--json prints a JSON array instead (raw numbers, for notebooks and scripts).\n"
+     "FLOPs: 4*B*H*T*T*d forward, halved with --causal; backward 2.5x forward (--direction bwd\n"
+     "times the backward pass of the stages that have one).\n"
+     "Defaults: cpu: every CPU implementation, T = 512,1024,2048,4096, B = 1, H = 8, d = 64, reps 3.\n"
+     "          cuda: every CUDA implementation, T = 1024,4096,16384, B = 4, H = 16, d = 64,128, reps 20.\n"
+     "Exit: 0 ok; 1 a run failed (its row shows why; e.g. out of memory); 2 bad usage; 77 no CUDA\n"
+     "device for --device cuda.\n"},
+    {"diff", cmd_diff, "flashlab diff A B",
+     "The lesson diff: for each kind of source (.c, .cu, README.md) found in either stage folder, runs\n"
+     "the system 'diff -u' of stage A's file against stage B's (paths relative to the source tree), and\n"
+     "says when a stage lacks that kind. A and B are stage numbers or folder names (6, 06, 06_backward).\n"
+     "Exit: 0 (differences are the point); 2 a stage folder does not exist or diff cannot run.\n"},
+};
+#define NCOMMANDS (int)(sizeof commands / sizeof commands[0])
+
+static void print_main_help(FILE *f)
+{
+    fprintf(f,
+            "flashlab — attention from naive to FlashAttention-2, checked against golden files, with\n"
+            "HBM-traffic counters.\n\nUsage:\n");
+    for (int i = 0; i < NCOMMANDS; i++)
+        fprintf(f, "  %s\n", commands[i].usage);
+    fprintf(f,
+            "\n'flashlab CMD --help' describes one command.\n"
+            "Exit codes: 0 ok; 1 a check failed; 2 bad usage or bad input; 3 the stage lacks a feature the\n"
+            "case asks for (the message names the stage that adds it); 77 no CUDA device (skipped).\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        print_main_help(stderr);
+        return FL_BAD_INPUT;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        print_main_help(stdout);
+        return FL_OK;
+    }
+    for (int i = 0; i < NCOMMANDS; i++) {
+        if (strcmp(argv[1], commands[i].name) != 0)
+            continue;
+        Options o;
+        memset(&o, 0, sizeof o);
+        o.command = commands[i].name;
+        o.device = DEVICE_CPU;
+        o.device_all = !strcmp(o.command, "tour");
+        o.direction = DIRECTION_BOTH;
+        int rc = parse_options(&o, argc - 2, argv + 2);
+        if (rc < 0) {
+            printf("Usage: %s\n\n%s", commands[i].usage, commands[i].help);
+            return FL_OK;
+        }
+        if (rc != FL_OK)
+            return rc;
+        return commands[i].run(&o);
+    }
+    fprintf(stderr, "flashlab: unknown command '%s' (see 'flashlab --help')\n", argv[1]);
+    return FL_BAD_INPUT;
+}

@@ -1,0 +1,199 @@
+/* runner.c — runs one stage implementation on one problem (CPU here; CUDA in cuda_runner.cu).
+ *
+ * The runner checks that the implementation supports what the problem asks for, allocates the
+ * stage's workspace, points the HBM counter somewhere, and records what each pass counted. */
+#include "runner.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "case.h"
+#include "parallel.h"
+#include "tensor.h"
+#include "timer.h"
+
+/* Features the problem needs for this direction: a forward run ignores dout. */
+static unsigned features_needed(const AttnProblem *p, Direction dir)
+{
+    unsigned need = attn_required_features(p);
+    if (dir == DIR_FWD)
+        need &= ~(unsigned)FEAT_BACKWARD;
+    return need;
+}
+
+/* FL_OK, or FL_UNSUPPORTED with "stage 01 (naive) does not support causal; stage 07 adds it". */
+static int check_features(const StageImpl *impl, Direction dir, const AttnProblem *p, FlError *err)
+{
+    unsigned missing = features_needed(p, dir) & ~impl->features;
+    if (!missing)
+        return FL_OK;
+    char list[512] = "";
+    size_t used = 0;
+    for (unsigned bit = 0; bit < FEAT_COUNT; bit++) {
+        unsigned f = 1u << bit;
+        if (!(missing & f))
+            continue;
+        int n = snprintf(list + used, sizeof list - used, "%s%s; stage %s adds it",
+                         used ? "; also " : "", attn_feature_name(f), attn_feature_added_by(f));
+        if (n < 0 || (size_t)n >= sizeof list - used)
+            break;
+        used += (size_t)n;
+    }
+    return fl_fail(err, FL_UNSUPPORTED, "stage %s (%s%s%s, %s) does not support %s", impl->stage,
+                   impl->name, impl->variant[0] ? " " : "", impl->variant, device_name(impl->device),
+                   list);
+}
+
+static size_t workspace_size(const StageImpl *impl, const AttnProblem *p, const RunCtx *ctx,
+                             Direction dir)
+{
+    return impl->workspace_bytes ? impl->workspace_bytes(p, ctx, dir) : 0;
+}
+
+/* Defaults for fields the caller left at zero. */
+static RunCtx ctx_with_defaults(const RunCtx *opts)
+{
+    RunCtx ctx = {0};
+    if (opts)
+        ctx = *opts;
+    if (ctx.sram_bytes == 0)
+        ctx.sram_bytes = FLASHLAB_DEFAULT_SRAM_BYTES;
+    if (ctx.threads < 1)
+        ctx.threads = default_thread_count();
+    ctx.hbm = NULL;
+    ctx.hbm_dev = NULL;
+    ctx.workspace = NULL;
+    return ctx;
+}
+
+/* Host scratch of `bytes` (NULL for 0), 64-byte aligned. */
+static int workspace_alloc(const StageImpl *impl, size_t bytes, void **ws, FlError *err)
+{
+    *ws = NULL;
+    if (bytes == 0)
+        return FL_OK;
+    size_t rounded = (bytes + 63) / 64 * 64;
+    *ws = aligned_alloc(64, rounded);
+    if (!*ws)
+        return fl_fail(err, FL_BAD_INPUT, "stage %s (%s): out of memory allocating %zu bytes of workspace",
+                       impl->stage, impl->name, bytes);
+    return FL_OK;
+}
+
+/* One pass (forward or backward) with its own workspace; counts into *counter when non-NULL. */
+static int run_pass(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnTensors *t,
+                    RunCtx *ctx, HbmCounter *counter, size_t *extra_bytes, FlError *err)
+{
+    size_t bytes = workspace_size(impl, p, ctx, dir);
+    if (extra_bytes)
+        *extra_bytes = bytes;
+    int rc = workspace_alloc(impl, bytes, &ctx->workspace, err);
+    if (rc != FL_OK)
+        return rc;
+    ctx->hbm = counter;
+    AttnFn fn = dir == DIR_FWD ? impl->forward : impl->backward;
+    rc = fn(p, t, ctx, err);
+    free(ctx->workspace);
+    ctx->workspace = NULL;
+    ctx->hbm = NULL;
+    return rc;
+}
+
+int runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnTensors *t,
+               const RunCtx *opts, RunStats *stats, FlError *err)
+{
+    RunStats local = {0};
+    if (!stats)
+        stats = &local;
+    memset(stats, 0, sizeof *stats);
+    int rc = check_features(impl, dir, p, err);
+    if (rc != FL_OK)
+        return rc;
+    if (impl->device == DEVICE_CUDA)
+        return cuda_runner_run(impl, dir, p, t, opts, stats, err);
+
+    RunCtx ctx = ctx_with_defaults(opts);
+    rc = run_pass(impl, DIR_FWD, p, t, &ctx, &stats->fwd, &stats->extra_bytes_fwd, err);
+    if (rc != FL_OK || dir != DIR_BWD || !p->dout || !impl->backward)
+        return rc;
+    return run_pass(impl, DIR_BWD, p, t, &ctx, &stats->bwd, &stats->extra_bytes_bwd, err);
+}
+
+/* ---- timing --------------------------------------------------------------------------------- */
+
+static void free_outputs(Tensor out[OUT_COUNT])
+{
+    for (int id = 0; id < OUT_COUNT; id++)
+        tensor_free(&out[id]);
+}
+
+/* Allocates every output the problem produces and points t at them. */
+static int alloc_outputs(const AttnProblem *p, Tensor out[OUT_COUNT], AttnTensors *t, FlError *err)
+{
+    float **slot[OUT_COUNT] = {&t->o, &t->lse, &t->dq, &t->dk, &t->dv, &t->dsinks};
+    memset(t, 0, sizeof *t);
+    for (int id = 0; id < OUT_COUNT; id++) {
+        memset(&out[id], 0, sizeof out[id]);
+        if (!output_present(p, (OutputId)id))
+            continue;
+        int64_t shape[TENSOR_MAX_DIMS];
+        int ndim = output_shape(p, (OutputId)id, shape);
+        if (tensor_alloc_poisoned(&out[id], ndim, shape) != 0) {
+            free_outputs(out);
+            return fl_fail(err, FL_BAD_INPUT, "out of memory allocating %s for timing",
+                           output_file_name((OutputId)id));
+        }
+        *slot[id] = out[id].data;
+    }
+    return FL_OK;
+}
+
+static int time_cpu(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *opts,
+                    int warmup, int reps, double *median, FlError *err)
+{
+    Tensor out[OUT_COUNT];
+    AttnTensors t;
+    int rc = alloc_outputs(p, out, &t, err);
+    if (rc != FL_OK)
+        return rc;
+    RunCtx ctx = ctx_with_defaults(opts);
+    /* the backward pass reads o and lse from this implementation's own forward pass */
+    if (dir == DIR_BWD)
+        rc = run_pass(impl, DIR_FWD, p, &t, &ctx, NULL, NULL, err);
+    double *samples = rc == FL_OK ? malloc(sizeof(double) * (size_t)reps) : NULL;
+    if (rc == FL_OK && !samples)
+        rc = fl_fail(err, FL_BAD_INPUT, "out of memory for %d timing samples", reps);
+    if (rc == FL_OK)
+        rc = workspace_alloc(impl, workspace_size(impl, p, &ctx, dir), &ctx.workspace, err);
+    AttnFn fn = dir == DIR_FWD ? impl->forward : impl->backward;
+    for (int i = 0; rc == FL_OK && i < warmup + reps; i++) {
+        double start = timer_now_ms();
+        rc = fn(p, &t, &ctx, err);
+        if (i >= warmup)
+            samples[i - warmup] = timer_now_ms() - start;
+    }
+    if (rc == FL_OK)
+        *median = median_ms(samples, reps);
+    free(ctx.workspace);
+    free(samples);
+    free_outputs(out);
+    return rc;
+}
+
+int runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *opts,
+                int warmup, int reps, double *median, FlError *err)
+{
+    if (reps < 1 || warmup < 0)
+        return fl_fail(err, FL_BAD_INPUT, "runner_time: need reps >= 1 and warmup >= 0 (got %d, %d)",
+                       reps, warmup);
+    if (dir == DIR_BWD && (!p->dout || !impl->backward))
+        return fl_fail(err, FL_BAD_INPUT, "stage %s (%s): timing the backward pass needs dO and a backward",
+                       impl->stage, impl->name);
+    int rc = check_features(impl, dir, p, err);
+    if (rc != FL_OK)
+        return rc;
+    if (impl->device == DEVICE_CUDA)
+        return cuda_runner_time(impl, dir, p, opts, warmup, reps, median, err);
+    return time_cpu(impl, dir, p, opts, warmup, reps, median, err);
+}
