@@ -1,0 +1,85 @@
+/* attn.c — features of a problem, their names and the stage that adds each, and finding a stage
+ * implementation in the generated registry. */
+#include "attn.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+unsigned attn_required_features(const AttnProblem *p)
+{
+    unsigned f = 0;
+    if (p->dout)
+        f |= FEAT_BACKWARD;
+    if (p->causal || p->window > 0)
+        f |= FEAT_CAUSAL;
+    if (p->Hq != p->Hkv)
+        f |= FEAT_GQA;
+    if (p->window > 0)
+        f |= FEAT_WINDOW;
+    if (p->sink_tokens > 0)
+        f |= FEAT_SINK_TOKENS;
+    if (p->sinks)
+        f |= FEAT_SINKS;
+    return f;
+}
+
+/* One row per feature, in bit order: its name and the stage of the ladder (DESIGN §2) adding it. */
+static const struct {
+    unsigned flag;
+    const char *name;
+    const char *added_by;
+} feature_table[FEAT_COUNT] = {
+    {FEAT_BACKWARD, "backward", "06"},       {FEAT_CAUSAL, "causal", "07"},
+    {FEAT_GQA, "gqa", "08"},                 {FEAT_WINDOW, "window", "10"},
+    {FEAT_SINK_TOKENS, "sink_tokens", "10"}, {FEAT_SINKS, "sinks", "10"},
+};
+
+const char *attn_feature_name(unsigned feature)
+{
+    for (int i = 0; i < FEAT_COUNT; i++)
+        if (feature_table[i].flag == feature)
+            return feature_table[i].name;
+    return "unknown";
+}
+
+const char *attn_feature_added_by(unsigned feature)
+{
+    for (int i = 0; i < FEAT_COUNT; i++)
+        if (feature_table[i].flag == feature)
+            return feature_table[i].added_by;
+    return "?";
+}
+
+const char *device_name(Device device)
+{
+    return device == DEVICE_CUDA ? "cuda" : "cpu";
+}
+
+/* Whether a user's stage name picks impl: "3", "03", "03_tiled" or "tiled". */
+static int stage_matches(const StageImpl *impl, const char *stage)
+{
+    if (strcmp(stage, impl->name) == 0 || strcmp(stage, impl->stage) == 0)
+        return 1;
+    size_t len = strlen(impl->stage);
+    if (strncmp(stage, impl->stage, len) == 0 && stage[len] == '_' &&
+        strcmp(stage + len + 1, impl->name) == 0)
+        return 1;
+    char *end;
+    long number = strtol(stage, &end, 10);
+    return end != stage && *end == '\0' && number == strtol(impl->stage, NULL, 10);
+}
+
+const StageImpl *stage_find(const char *stage, Device device, const char *variant)
+{
+    if (!stage || !*stage)
+        return NULL;
+    if (!variant)
+        variant = "";
+    for (const StageImpl *const *it = stage_registry(); *it; it++) {
+        const StageImpl *impl = *it;
+        if (impl->device == device && strcmp(impl->variant, variant) == 0 &&
+            stage_matches(impl, stage))
+            return impl;
+    }
+    return NULL;
+}

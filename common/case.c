@@ -1,0 +1,424 @@
+/* case.c — loading and validating a case folder (DESIGN §4).
+ *
+ * case.json is optional: a missing file means every option takes its default (not causal,
+ * window 0, sink_tokens 0, scale 1/sqrt(d), empty description). When present it must be a flat
+ * JSON object with only the keys below; anything else is refused, naming case.json and the key. */
+#include "case.h"
+#include "npy.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+enum { PATH_LEN = 4096 + 64 };
+
+/* Copies src into dst of size bytes, cutting it short if needed. */
+static void copy_string(char *dst, size_t size, const char *src)
+{
+    size_t n = strlen(src);
+    if (n >= size)
+        n = size - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+static void join_path(char *out, const char *dir, const char *file)
+{
+    snprintf(out, PATH_LEN, "%s/%s", dir, file);
+}
+
+/* 1 if path exists, 0 if it does not (ENOENT), -1 with err filled for any other problem. */
+static int file_exists(const char *path, FlError *err)
+{
+    struct stat st;
+    if (stat(path, &st) == 0)
+        return 1;
+    if (errno == ENOENT)
+        return 0;
+    fl_fail(err, FL_BAD_INPUT, "%s: %s", path, strerror(errno));
+    return -1;
+}
+
+/* ---- case.json ------------------------------------------------------------------------- */
+
+static char *read_text_file(const char *path, FlError *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fl_fail(err, FL_BAD_INPUT, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        len += fread(buf + len, 1, cap - 1 - len, f);
+        if (len < cap - 1)
+            break;
+        char *bigger = cap < (1u << 24) ? realloc(buf, cap * 2) : NULL; /* 16 MB is plenty */
+        if (!bigger) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = bigger;
+        cap *= 2;
+    }
+    int failed = !buf || ferror(f);
+    fclose(f);
+    if (failed) {
+        free(buf);
+        fl_fail(err, FL_BAD_INPUT, "%s: cannot read (unreadable or larger than 16 MB)", path);
+        return NULL;
+    }
+    buf[len] = '\0';
+    return buf;
+}
+
+/* A JSON number that is a whole number in [0, INT_MAX]. */
+static int json_nonneg_int(const cJSON *item, int *out)
+{
+    if (!cJSON_IsNumber(item))
+        return -1;
+    double v = item->valuedouble;
+    if (!isfinite(v) || v < 0 || v > INT_MAX || v != floor(v))
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* "key 'window' must be an integer >= 0, got -1" style message for a bad option value. */
+static int bad_option(const char *path, const cJSON *item, const char *rule, FlError *err)
+{
+    char *text = cJSON_PrintUnformatted(item);
+    int rc = fl_fail(err, FL_BAD_INPUT, "%s: key '%s' must be %s, got %.60s", path, item->string,
+                     rule, text ? text : "?");
+    cJSON_free(text);
+    return rc;
+}
+
+static int apply_option(Case *c, const char *path, const cJSON *item, FlError *err)
+{
+    const char *key = item->string;
+    AttnProblem *p = &c->problem;
+    if (strcmp(key, "causal") == 0) {
+        if (!cJSON_IsBool(item))
+            return bad_option(path, item, "true or false", err);
+        p->causal = cJSON_IsTrue(item);
+    } else if (strcmp(key, "window") == 0) {
+        if (json_nonneg_int(item, &p->window) != 0)
+            return bad_option(path, item, "an integer >= 0 (0 = no window)", err);
+    } else if (strcmp(key, "sink_tokens") == 0) {
+        if (json_nonneg_int(item, &p->sink_tokens) != 0)
+            return bad_option(path, item, "an integer >= 0", err);
+    } else if (strcmp(key, "scale") == 0) {
+        float scale = cJSON_IsNumber(item) ? (float)item->valuedouble : 0.0f;
+        if (!isfinite(scale) || scale <= 0.0f) /* also refuses what float32 cannot hold */
+            return bad_option(path, item, "a finite number > 0", err);
+        p->scale = scale;
+        c->has_scale = 1;
+    } else if (strcmp(key, "description") == 0) {
+        if (!cJSON_IsString(item))
+            return bad_option(path, item, "a string", err);
+        copy_string(c->description, sizeof c->description, item->valuestring);
+    } else {
+        return fl_fail(err, FL_BAD_INPUT,
+                       "%s: unknown key '%s' (allowed: causal, window, sink_tokens, scale, "
+                       "description)",
+                       path, key);
+    }
+    return FL_OK;
+}
+
+static int load_options(Case *c, FlError *err)
+{
+    char path[PATH_LEN];
+    join_path(path, c->dir, "case.json");
+    int exists = file_exists(path, err);
+    if (exists <= 0)
+        return exists < 0 ? FL_BAD_INPUT : FL_OK; /* absent: defaults */
+
+    char *text = read_text_file(path, err);
+    if (!text)
+        return FL_BAD_INPUT;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    if (!root) {
+        size_t offset = end ? (size_t)(end - text) : 0;
+        free(text);
+        return fl_fail(err, FL_BAD_INPUT, "%s: invalid JSON near byte %zu", path, offset);
+    }
+    free(text);
+
+    int rc = FL_OK;
+    if (!cJSON_IsObject(root))
+        rc = fl_fail(err, FL_BAD_INPUT, "%s: must be a JSON object such as {\"causal\": true}",
+                     path);
+    for (const cJSON *item = root->child; !rc && item && cJSON_IsObject(root); item = item->next) {
+        for (const cJSON *before = root->child; before != item; before = before->next)
+            if (strcmp(before->string, item->string) == 0)
+                rc = fl_fail(err, FL_BAD_INPUT, "%s: key '%s' appears twice", path, item->string);
+        if (!rc)
+            rc = apply_option(c, path, item, err);
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* ---- tensors --------------------------------------------------------------------------- */
+
+static int load_tensor(const Case *c, const char *file, int required, Tensor *t, FlError *err)
+{
+    char path[PATH_LEN];
+    join_path(path, c->dir, file);
+    if (!required) {
+        int exists = file_exists(path, err);
+        if (exists <= 0)
+            return exists < 0 ? FL_BAD_INPUT : FL_OK;
+    }
+    return npy_read(path, t, err);
+}
+
+/* Checks that t (file) has exactly ndim dimensions, each in [1, INT_MAX]. */
+static int check_sizes(const Case *c, const char *file, const Tensor *t, int ndim,
+                       const char *names, FlError *err)
+{
+    char shape[128];
+    tensor_shape_str(t, shape, sizeof shape);
+    if (t->ndim != ndim)
+        return fl_fail(err, FL_BAD_INPUT, "%s/%s: expected %d dimensions %s, got shape %s", c->dir,
+                       file, ndim, names, shape);
+    for (int i = 0; i < ndim; i++)
+        if (t->shape[i] < 1 || t->shape[i] > INT_MAX)
+            return fl_fail(err, FL_BAD_INPUT, "%s/%s: every size of %s must be >= 1, got shape %s",
+                           c->dir, file, names, shape);
+    return FL_OK;
+}
+
+/* a's dimension da must equal b's dimension db (what names the size, e.g. "B"). */
+static int check_same(const Case *c, const char *fa, const Tensor *a, int da, const char *fb,
+                      const Tensor *b, int db, const char *what, FlError *err)
+{
+    if (a->shape[da] == b->shape[db])
+        return FL_OK;
+    char sa[128], sb[128];
+    tensor_shape_str(a, sa, sizeof sa);
+    tensor_shape_str(b, sb, sizeof sb);
+    return fl_fail(err, FL_BAD_INPUT, "%s: %s %s and %s %s disagree on %s (%lld vs %lld)", c->dir,
+                   fa, sa, fb, sb, what, (long long)a->shape[da], (long long)b->shape[db]);
+}
+
+static int check_shape_is(const Case *c, const char *file, const Tensor *t, const int64_t *shape,
+                          int ndim, FlError *err)
+{
+    int same = t->ndim == ndim;
+    for (int i = 0; same && i < ndim; i++)
+        same = t->shape[i] == shape[i];
+    if (same)
+        return FL_OK;
+    Tensor want = {NULL, ndim, {0}};
+    memcpy(want.shape, shape, (size_t)ndim * sizeof *shape);
+    char sg[128], sw[128];
+    tensor_shape_str(t, sg, sizeof sg);
+    tensor_shape_str(&want, sw, sizeof sw);
+    return fl_fail(err, FL_BAD_INPUT, "%s/%s: shape %s, but this case needs %s", c->dir, file, sg,
+                   sw);
+}
+
+static int validate_inputs(const Case *c, FlError *err)
+{
+    const Tensor *q = &c->q, *k = &c->k, *v = &c->v;
+    int rc = check_sizes(c, "q.npy", q, 4, "(B, Hq, Tq, d)", err);
+    if (!rc)
+        rc = check_sizes(c, "k.npy", k, 4, "(B, Hkv, Tk, d)", err);
+    if (!rc)
+        rc = check_sizes(c, "v.npy", v, 4, "(B, Hkv, Tk, dv)", err);
+    if (!rc)
+        rc = check_same(c, "q.npy", q, 0, "k.npy", k, 0, "B", err);
+    if (!rc)
+        rc = check_same(c, "q.npy", q, 3, "k.npy", k, 3, "d", err);
+    if (!rc)
+        rc = check_same(c, "k.npy", k, 0, "v.npy", v, 0, "B", err);
+    if (!rc)
+        rc = check_same(c, "k.npy", k, 1, "v.npy", v, 1, "Hkv", err);
+    if (!rc)
+        rc = check_same(c, "k.npy", k, 2, "v.npy", v, 2, "Tk", err);
+    if (rc)
+        return rc;
+    if (q->shape[1] % k->shape[1] != 0)
+        return fl_fail(err, FL_BAD_INPUT,
+                       "%s: q.npy has Hq = %lld heads and k.npy Hkv = %lld: Hq must be a multiple "
+                       "of Hkv",
+                       c->dir, (long long)q->shape[1], (long long)k->shape[1]);
+    return FL_OK;
+}
+
+static void fill_problem(Case *c)
+{
+    AttnProblem *p = &c->problem;
+    p->B = (int)c->q.shape[0];
+    p->Hq = (int)c->q.shape[1];
+    p->Tq = (int)c->q.shape[2];
+    p->d = (int)c->q.shape[3];
+    p->Hkv = (int)c->k.shape[1];
+    p->Tk = (int)c->k.shape[2];
+    p->dv = (int)c->v.shape[3];
+    if (!c->has_scale)
+        p->scale = (float)(1.0 / sqrt((double)p->d));
+    if (p->window > 0)
+        p->causal = 1;
+    p->q = c->q.data;
+    p->k = c->k.data;
+    p->v = c->v.data;
+    p->dout = c->dout.data;
+    p->sinks = c->sinks.data;
+}
+
+static int load_optional_inputs(Case *c, FlError *err)
+{
+    int64_t shape[TENSOR_MAX_DIMS];
+    int rc = load_tensor(c, "do.npy", 0, &c->dout, err);
+    if (!rc && c->dout.data) {
+        int ndim = output_shape(&c->problem, OUT_O, shape);
+        rc = check_shape_is(c, "do.npy", &c->dout, shape, ndim, err);
+    }
+    if (!rc)
+        rc = load_tensor(c, "sinks.npy", 0, &c->sinks, err);
+    if (!rc && c->sinks.data) {
+        shape[0] = c->problem.Hq;
+        rc = check_shape_is(c, "sinks.npy", &c->sinks, shape, 1, err);
+    }
+    return rc;
+}
+
+static int load_expected(Case *c, FlError *err)
+{
+    for (int id = 0; id < OUT_COUNT; id++) {
+        if (!output_present(&c->problem, (OutputId)id))
+            continue;
+        const char *file = output_file_name((OutputId)id);
+        int rc = load_tensor(c, file, 1, &c->expected[id], err);
+        if (rc)
+            return rc;
+        int64_t shape[TENSOR_MAX_DIMS];
+        int ndim = output_shape(&c->problem, (OutputId)id, shape);
+        rc = check_shape_is(c, file, &c->expected[id], shape, ndim, err);
+        if (rc)
+            return rc;
+    }
+    return FL_OK;
+}
+
+static void set_dir_and_name(Case *c, const char *dir)
+{
+    copy_string(c->dir, sizeof c->dir, dir);
+    size_t len = strlen(c->dir);
+    while (len > 1 && c->dir[len - 1] == '/')
+        c->dir[--len] = '\0';
+    const char *slash = strrchr(c->dir, '/');
+    copy_string(c->name, sizeof c->name, slash && slash[1] ? slash + 1 : c->dir);
+}
+
+static int load_all(const char *dir, int want_expected, Case *c, FlError *err)
+{
+    if (strlen(dir) >= sizeof c->dir)
+        return fl_fail(err, FL_BAD_INPUT, "%.200s...: case folder path too long", dir);
+    set_dir_and_name(c, dir);
+
+    int rc = load_options(c, err);
+    if (!rc)
+        rc = load_tensor(c, "q.npy", 1, &c->q, err);
+    if (!rc)
+        rc = load_tensor(c, "k.npy", 1, &c->k, err);
+    if (!rc)
+        rc = load_tensor(c, "v.npy", 1, &c->v, err);
+    if (!rc)
+        rc = validate_inputs(c, err);
+    if (rc)
+        return rc;
+    fill_problem(c); /* sizes are needed to check do.npy and sinks.npy */
+    rc = load_optional_inputs(c, err);
+    if (rc)
+        return rc;
+    fill_problem(c); /* now with dout and sinks */
+    return want_expected ? load_expected(c, err) : FL_OK;
+}
+
+int case_load(const char *dir, int want_expected, Case *c, FlError *err)
+{
+    memset(c, 0, sizeof *c);
+    int rc = load_all(dir, want_expected, c, err);
+    if (rc) {
+        case_free(c);
+        return FL_BAD_INPUT;
+    }
+    return FL_OK;
+}
+
+void case_free(Case *c)
+{
+    tensor_free(&c->q);
+    tensor_free(&c->k);
+    tensor_free(&c->v);
+    tensor_free(&c->dout);
+    tensor_free(&c->sinks);
+    for (int id = 0; id < OUT_COUNT; id++)
+        tensor_free(&c->expected[id]);
+    memset(&c->problem, 0, sizeof c->problem);
+}
+
+/* ---- outputs --------------------------------------------------------------------------- */
+
+const char *output_file_name(OutputId id)
+{
+    static const char *const names[OUT_COUNT] = {"o.npy",  "lse.npy", "dq.npy",
+                                                 "dk.npy", "dv.npy",  "dsinks.npy"};
+    return (unsigned)id < OUT_COUNT ? names[id] : "?";
+}
+
+int output_shape(const AttnProblem *p, OutputId id, int64_t shape[TENSOR_MAX_DIMS])
+{
+    switch (id) {
+    case OUT_O: /* (B, Hq, Tq, dv) */
+        shape[0] = p->B, shape[1] = p->Hq, shape[2] = p->Tq, shape[3] = p->dv;
+        return 4;
+    case OUT_LSE: /* (B, Hq, Tq) */
+        shape[0] = p->B, shape[1] = p->Hq, shape[2] = p->Tq;
+        return 3;
+    case OUT_DQ: /* (B, Hq, Tq, d) */
+        shape[0] = p->B, shape[1] = p->Hq, shape[2] = p->Tq, shape[3] = p->d;
+        return 4;
+    case OUT_DK: /* (B, Hkv, Tk, d) */
+        shape[0] = p->B, shape[1] = p->Hkv, shape[2] = p->Tk, shape[3] = p->d;
+        return 4;
+    case OUT_DV: /* (B, Hkv, Tk, dv) */
+        shape[0] = p->B, shape[1] = p->Hkv, shape[2] = p->Tk, shape[3] = p->dv;
+        return 4;
+    case OUT_DSINKS: /* (Hq) */
+        shape[0] = p->Hq;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int output_present(const AttnProblem *p, OutputId id)
+{
+    switch (id) {
+    case OUT_O:
+    case OUT_LSE:
+        return 1;
+    case OUT_DQ:
+    case OUT_DK:
+    case OUT_DV:
+        return p->dout != NULL;
+    case OUT_DSINKS: /* a gradient: needs the backward pass and the sink logits */
+        return p->dout != NULL && p->sinks != NULL;
+    default:
+        return 0;
+    }
+}

@@ -1,0 +1,94 @@
+/* check.c — the one validate path: out vs the float64-derived reference, elementwise
+ * |got - want| <= atol + rtol * |want|, with NaN and +-Inf positions required to match. */
+#include "check.h"
+
+#include <math.h>
+#include <string.h>
+
+static int same_shape(const Tensor *a, const Tensor *b)
+{
+    if (a->ndim != b->ndim)
+        return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i])
+            return 0;
+    return 1;
+}
+
+/* Flat offset -> multi-dimensional index, row-major. */
+static void unravel(const Tensor *t, size_t flat, int64_t index[TENSOR_MAX_DIMS])
+{
+    memset(index, 0, TENSOR_MAX_DIMS * sizeof *index);
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        index[i] = (int64_t)(flat % (size_t)t->shape[i]);
+        flat /= (size_t)t->shape[i];
+    }
+}
+
+/* Whether got passes for want; updates the error maxima for a finite want. */
+static int element_ok(float got, float want, double atol, double rtol, CheckResult *r)
+{
+    if (isnan(want))
+        return isnan(got);
+    if (isinf(want))
+        return got == want; /* same infinity, same sign */
+    double abs_err = isfinite(got) ? fabs((double)got - (double)want) : INFINITY;
+    if (abs_err > r->max_abs_err)
+        r->max_abs_err = abs_err;
+    if (want != 0.0f) {
+        double rel_err = abs_err / fabs((double)want);
+        if (rel_err > r->max_rel_err)
+            r->max_rel_err = rel_err;
+    }
+    return abs_err <= atol + rtol * fabs((double)want); /* false for a NaN/Inf got */
+}
+
+int check_tensor(const Tensor *got, const Tensor *want, double atol, double rtol, CheckResult *r)
+{
+    memset(r, 0, sizeof *r);
+    if (!same_shape(got, want) || !got->data || !want->data)
+        return -1;
+    size_t n = tensor_numel(want);
+    for (size_t i = 0; i < n; i++) {
+        if (element_ok(got->data[i], want->data[i], atol, rtol, r))
+            continue;
+        if (r->shown < CHECK_MAX_SHOWN) {
+            unravel(want, i, r->first[r->shown].index);
+            r->first[r->shown].got = got->data[i];
+            r->first[r->shown].want = want->data[i];
+            r->shown++;
+        }
+        r->mismatches++;
+    }
+    return 0;
+}
+
+/* "(b, h, i, j)" for 4-d, "(b, h, i)" for 3-d (lse), "(h)" for 1-d (dsinks). */
+static const char *index_names(int ndim)
+{
+    switch (ndim) {
+    case 0: return "()";
+    case 1: return "(h)";
+    case 2: return "(i, j)";
+    case 3: return "(b, h, i)";
+    default: return "(b, h, i, j)";
+    }
+}
+
+void check_print(FILE *f, const char *name, const Tensor *got, const CheckResult *r)
+{
+    fprintf(f, "%s: max abs %.2e, max rel %.2e, ", name, r->max_abs_err, r->max_rel_err);
+    if (r->mismatches == 0) {
+        fprintf(f, "ok\n");
+        return;
+    }
+    fprintf(f, "%zu mismatches of %zu elements\n", r->mismatches, tensor_numel(got));
+    for (size_t m = 0; m < r->shown; m++) {
+        fprintf(f, "    at %s = (", index_names(got->ndim));
+        for (int i = 0; i < got->ndim; i++)
+            fprintf(f, i ? ", %lld" : "%lld", (long long)r->first[m].index[i]);
+        fprintf(f, "): got %.7g, want %.7g\n", r->first[m].got, r->first[m].want);
+    }
+    if (r->mismatches > r->shown)
+        fprintf(f, "    ... and %zu more\n", r->mismatches - r->shown);
+}

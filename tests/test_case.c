@@ -1,0 +1,309 @@
+/* test_case.c — loading case folders: a good case (defaults and options), the expected outputs,
+ * and every kind of bad input the loader must refuse with a message naming the file. Fixtures are
+ * written into a fresh temporary folder with npy_write(). */
+#define _GNU_SOURCE /* mkdtemp, nftw */
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "case.h"
+#include "npy.h"
+
+static int failures;
+#define EXPECT(cond)                                                                   \
+    do {                                                                               \
+        if (!(cond)) {                                                                 \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);   \
+            failures++;                                                                \
+        }                                                                              \
+    } while (0)
+
+static char tmpdir[256];
+static int case_number;
+
+/* A fresh case folder path under tmpdir. */
+static const char *new_case_dir(char *dir, size_t len)
+{
+    snprintf(dir, len, "%s/case%02d", tmpdir, case_number++);
+    if (mkdir(dir, 0755) != 0) {
+        perror(dir);
+        exit(2);
+    }
+    return dir;
+}
+
+static void write_tensor(const char *dir, const char *file, int ndim, int64_t d0, int64_t d1,
+                         int64_t d2, int64_t d3)
+{
+    int64_t shape[4] = {d0, d1, d2, d3};
+    Tensor t;
+    if (tensor_alloc_poisoned(&t, ndim, shape) != 0)
+        exit(2);
+    for (size_t i = 0; i < tensor_numel(&t); i++)
+        t.data[i] = (float)((i * 7) % 13) * 0.1f - 0.6f;
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    FlError err;
+    if (npy_write(path, &t, &err) != FL_OK) {
+        fprintf(stderr, "fixture: %s\n", err.msg);
+        exit(2);
+    }
+    tensor_free(&t);
+}
+
+static void write_text(const char *dir, const char *file, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        exit(2);
+    }
+    fputs(text, f);
+    fclose(f);
+}
+
+/* q (B, Hq, Tq, d), k (B, Hkv, Tk, d), v (B, Hkv, Tk, dv) with B = 2, Tq = 5, Tk = 7, d = 8, dv = 6. */
+static void write_inputs(const char *dir, int Hq, int Hkv)
+{
+    write_tensor(dir, "q.npy", 4, 2, Hq, 5, 8);
+    write_tensor(dir, "k.npy", 4, 2, Hkv, 7, 8);
+    write_tensor(dir, "v.npy", 4, 2, Hkv, 7, 6);
+}
+
+static int all_absent(const Case *c)
+{
+    int absent = !c->q.data && !c->k.data && !c->v.data && !c->dout.data && !c->sinks.data;
+    for (int i = 0; i < OUT_COUNT; i++)
+        absent = absent && !c->expected[i].data;
+    return absent;
+}
+
+/* case_load(dir) must fail with FL_BAD_INPUT, leave nothing allocated, and say each phrase. */
+static void expect_refused(const char *dir, int want_expected, const char *phrase1,
+                           const char *phrase2, int line)
+{
+    Case c;
+    FlError err = {{0}};
+    int rc = case_load(dir, want_expected, &c, &err);
+    int ok = rc == FL_BAD_INPUT && all_absent(&c) && strstr(err.msg, dir) &&
+             strstr(err.msg, phrase1) && (!phrase2 || strstr(err.msg, phrase2));
+    if (!ok) {
+        fprintf(stderr, "%s:%d: rc %d, message \"%s\", wanted \"%s\"%s%s%s\n", __FILE__, line, rc,
+                err.msg, phrase1, phrase2 ? " and \"" : "", phrase2 ? phrase2 : "",
+                phrase2 ? "\"" : "");
+        failures++;
+    }
+    if (rc == FL_OK)
+        case_free(&c);
+}
+
+static void test_good_case_defaults(void)
+{
+    char dir[512];
+    new_case_dir(dir, sizeof dir);
+    write_inputs(dir, 6, 2);
+    Case c;
+    FlError err = {{0}};
+    EXPECT(case_load(dir, 0, &c, &err) == FL_OK);
+    const AttnProblem *p = &c.problem;
+    EXPECT(p->B == 2 && p->Hq == 6 && p->Hkv == 2 && p->Tq == 5 && p->Tk == 7 && p->d == 8 &&
+           p->dv == 6);
+    EXPECT(fabsf(p->scale - 1.0f / sqrtf(8.0f)) < 1e-7f && !c.has_scale);
+    EXPECT(p->causal == 0 && p->window == 0 && p->sink_tokens == 0);
+    EXPECT(p->q == c.q.data && p->k == c.k.data && p->v == c.v.data);
+    EXPECT(p->dout == NULL && p->sinks == NULL);
+    EXPECT(strcmp(c.name, "case00") == 0 && c.description[0] == '\0');
+    EXPECT(attn_required_features(p) == FEAT_GQA);
+    case_free(&c);
+    EXPECT(all_absent(&c));
+}
+
+static void test_good_case_options(void)
+{
+    char dir[512];
+    new_case_dir(dir, sizeof dir);
+    write_inputs(dir, 3, 3);
+    write_text(dir, "case.json",
+               "{\"window\": 4, \"sink_tokens\": 2, \"scale\": 0.25, \"causal\": false,\n"
+               " \"description\": \"sliding window with sinks\"}\n");
+    write_tensor(dir, "do.npy", 4, 2, 3, 5, 6);
+    write_tensor(dir, "sinks.npy", 1, 3, 0, 0, 0);
+    Case c;
+    FlError err = {{0}};
+    char with_slash[600];
+    snprintf(with_slash, sizeof with_slash, "%s/", dir); /* a trailing slash is fine */
+    EXPECT(case_load(with_slash, 0, &c, &err) == FL_OK);
+    const AttnProblem *p = &c.problem;
+    EXPECT(p->window == 4 && p->causal == 1); /* a window implies causal */
+    EXPECT(p->sink_tokens == 2 && p->scale == 0.25f && c.has_scale);
+    EXPECT(strcmp(c.description, "sliding window with sinks") == 0);
+    EXPECT(strcmp(c.name, "case01") == 0);
+    EXPECT(p->dout == c.dout.data && p->dout && p->sinks == c.sinks.data && p->sinks);
+    EXPECT(attn_required_features(p) == (FEAT_BACKWARD | FEAT_CAUSAL | FEAT_WINDOW |
+                                         FEAT_SINK_TOKENS | FEAT_SINKS));
+    for (int id = 0; id < OUT_COUNT; id++)
+        EXPECT(output_present(p, (OutputId)id));
+    case_free(&c);
+
+    /* the expected outputs: all six required here, each shape-checked */
+    write_tensor(dir, "o.npy", 4, 2, 3, 5, 6);
+    write_tensor(dir, "lse.npy", 3, 2, 3, 5, 0);
+    write_tensor(dir, "dq.npy", 4, 2, 3, 5, 8);
+    write_tensor(dir, "dk.npy", 4, 2, 3, 7, 8);
+    write_tensor(dir, "dv.npy", 4, 2, 3, 7, 6);
+    expect_refused(dir, 1, "dsinks.npy", "No such file", __LINE__);
+    write_tensor(dir, "dsinks.npy", 1, 3, 0, 0, 0);
+    EXPECT(case_load(dir, 1, &c, &err) == FL_OK);
+    for (int id = 0; id < OUT_COUNT; id++)
+        EXPECT(c.expected[id].data != NULL);
+    EXPECT(c.expected[OUT_LSE].ndim == 3 && c.expected[OUT_DK].shape[2] == 7);
+    case_free(&c);
+
+    write_tensor(dir, "dk.npy", 4, 2, 3, 7, 6); /* (B, Hkv, Tk, dv) instead of d */
+    expect_refused(dir, 1, "dk.npy", "(2, 3, 7, 8)", __LINE__);
+}
+
+static void test_expected_forward_only(void)
+{
+    char dir[512];
+    new_case_dir(dir, sizeof dir);
+    write_inputs(dir, 2, 1);
+    write_text(dir, "case.json", "{\"causal\": true}");
+    expect_refused(dir, 1, "o.npy", "No such file", __LINE__);
+    write_tensor(dir, "o.npy", 4, 2, 2, 5, 6);
+    write_tensor(dir, "lse.npy", 3, 2, 2, 5, 0);
+    Case c;
+    FlError err = {{0}};
+    EXPECT(case_load(dir, 1, &c, &err) == FL_OK); /* no do.npy: no gradients needed */
+    EXPECT(c.expected[OUT_O].data && c.expected[OUT_LSE].data && !c.expected[OUT_DQ].data);
+    EXPECT(!output_present(&c.problem, OUT_DQ) && !output_present(&c.problem, OUT_DSINKS));
+    EXPECT(attn_required_features(&c.problem) == (FEAT_CAUSAL | FEAT_GQA));
+    int64_t shape[TENSOR_MAX_DIMS];
+    EXPECT(output_shape(&c.problem, OUT_LSE, shape) == 3 && shape[2] == 5);
+    EXPECT(output_shape(&c.problem, OUT_DV, shape) == 4 && shape[1] == 1 && shape[3] == 6);
+    EXPECT(output_shape(&c.problem, OUT_DSINKS, shape) == 1 && shape[0] == 2);
+    EXPECT(strcmp(output_file_name(OUT_DSINKS), "dsinks.npy") == 0);
+    case_free(&c);
+
+    write_tensor(dir, "lse.npy", 4, 2, 2, 5, 1); /* lse must be (B, Hq, Tq) */
+    expect_refused(dir, 1, "lse.npy", "(2, 2, 5)", __LINE__);
+}
+
+static void test_bad_inputs(void)
+{
+    char dir[512];
+
+    new_case_dir(dir, sizeof dir); /* missing q.npy */
+    write_inputs(dir, 2, 2);
+    char q[600];
+    snprintf(q, sizeof q, "%s/q.npy", dir);
+    unlink(q);
+    expect_refused(dir, 0, "q.npy", "No such file", __LINE__);
+
+    new_case_dir(dir, sizeof dir); /* k and v disagree on Tk */
+    write_inputs(dir, 2, 2);
+    write_tensor(dir, "v.npy", 4, 2, 2, 9, 6);
+    expect_refused(dir, 0, "k.npy (2, 2, 7, 8) and v.npy (2, 2, 9, 6)", "Tk", __LINE__);
+
+    new_case_dir(dir, sizeof dir); /* q and k disagree on d */
+    write_inputs(dir, 2, 2);
+    write_tensor(dir, "k.npy", 4, 2, 2, 7, 4);
+    expect_refused(dir, 0, "q.npy (2, 2, 5, 8) and k.npy (2, 2, 7, 4)", "disagree on d", __LINE__);
+
+    new_case_dir(dir, sizeof dir); /* Hq % Hkv != 0 */
+    write_inputs(dir, 3, 2);
+    expect_refused(dir, 0, "Hq = 3", "multiple of Hkv", __LINE__);
+
+    new_case_dir(dir, sizeof dir); /* q with 3 dimensions */
+    write_inputs(dir, 2, 2);
+    write_tensor(dir, "q.npy", 3, 2, 5, 8, 0);
+    expect_refused(dir, 0, "q.npy", "expected 4 dimensions", __LINE__);
+
+    new_case_dir(dir, sizeof dir); /* a zero size */
+    write_inputs(dir, 2, 2);
+    write_tensor(dir, "q.npy", 4, 2, 2, 0, 8);
+    expect_refused(dir, 0, "q.npy", ">= 1", __LINE__);
+
+    new_case_dir(dir, sizeof dir); /* do.npy with the wrong shape */
+    write_inputs(dir, 2, 2);
+    write_tensor(dir, "do.npy", 4, 2, 2, 5, 8); /* dv is 6, not 8 */
+    expect_refused(dir, 0, "do.npy", "(2, 2, 5, 6)", __LINE__);
+
+    new_case_dir(dir, sizeof dir); /* sinks.npy with the wrong length */
+    write_inputs(dir, 2, 2);
+    write_tensor(dir, "sinks.npy", 1, 3, 0, 0, 0);
+    expect_refused(dir, 0, "sinks.npy", "(2,)", __LINE__);
+
+    new_case_dir(dir, sizeof dir); /* an unreadable .npy surfaces the reader's message */
+    write_inputs(dir, 2, 2);
+    write_text(dir, "v.npy", "not numpy");
+    expect_refused(dir, 0, "v.npy", "bad magic", __LINE__);
+
+    expect_refused("/nonexistent/flashlab/case", 0, "q.npy", "No such file", __LINE__);
+}
+
+static void test_bad_case_json(void)
+{
+    static const struct {
+        const char *json, *phrase;
+    } bad[] = {
+        {"{\"window\": -1}", "'window'"},
+        {"{\"window\": 2.5}", "'window'"},
+        {"{\"sink_tokens\": -3}", "'sink_tokens'"},
+        {"{\"causal\": 1}", "'causal'"},
+        {"{\"window\": \"4\"}", "'window'"},
+        {"{\"scale\": 0}", "'scale'"},
+        {"{\"scale\": -0.5}", "'scale'"},
+        {"{\"scale\": 1e300}", "'scale'"},
+        {"{\"window\": -1}", "got -1"},
+        {"{\"description\": 3}", "'description'"},
+        {"{\"casual\": true}", "unknown key 'casual'"},
+        {"{\"causal\": true, \"causal\": false}", "appears twice"},
+        {"[{\"causal\": true}]", "JSON object"},
+        {"true", "JSON object"},
+        {"{\"causal\": true", "invalid JSON"},
+        {"{causal: true}", "invalid JSON"},
+        {"{\"causal\": true} trailing", "invalid JSON"},
+        {"", "invalid JSON"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char dir[512];
+        new_case_dir(dir, sizeof dir);
+        write_inputs(dir, 2, 2);
+        write_text(dir, "case.json", bad[i].json);
+        expect_refused(dir, 0, "case.json", bad[i].phrase, __LINE__);
+    }
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+int main(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "%s/flashlab_test_case_XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    test_good_case_defaults();
+    test_good_case_options();
+    test_expected_forward_only();
+    test_bad_inputs();
+    test_bad_case_json();
+    nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (failures)
+        fprintf(stderr, "test_case: %d check(s) failed\n", failures);
+    else
+        printf("test_case: all checks passed\n");
+    return failures ? 1 : 0;
+}
