@@ -45,7 +45,7 @@ static void write_tensor(const char *dir, const char *file, int ndim, int64_t d0
         exit(2);
     for (size_t i = 0; i < tensor_numel(&t); i++)
         t.data[i] = (float)((i * 7) % 13) * 0.1f - 0.6f;
-    char path[512];
+    char path[1024];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     FlError err;
     if (npy_write(path, &t, &err) != FL_OK) {
@@ -57,7 +57,7 @@ static void write_tensor(const char *dir, const char *file, int ndim, int64_t d0
 
 static void write_text(const char *dir, const char *file, const char *text)
 {
-    char path[512];
+    char path[1024];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     FILE *f = fopen(path, "w");
     if (!f) {
