@@ -1,0 +1,108 @@
+/* cuda_util.h — the small CUDA helpers every .cu file of flashlab shares (the runner and the
+ * stages): checking a CUDA/cuBLAS call into an FlError, ceil_div, device allocations, and the
+ * in-kernel HBM byte counter of DESIGN §6.
+ *
+ * Every CUDA failure becomes one FlError line "CUDA error in <what>: <cudaGetErrorString>" and the
+ * status FL_BAD_INPUT (the device could not run this input: out of memory, a bad launch, ...). */
+#ifndef FLASHLAB_CUDA_UTIL_H
+#define FLASHLAB_CUDA_UTIL_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+#include "attn.h"
+#include "error.h"
+
+/* Returns FL_OK for cudaSuccess, else fills err and returns FL_BAD_INPUT. */
+static inline int fl_cuda_status(cudaError_t status, const char *what, FlError *err)
+{
+    if (status == cudaSuccess)
+        return FL_OK;
+    return fl_fail(err, FL_BAD_INPUT, "CUDA error in %s: %s", what, cudaGetErrorString(status));
+}
+
+/* Inside a function returning an FL status: FL_CUDA_TRY(cudaMemcpy(...), "copying q", err);
+ * Use it only where nothing needs freeing on failure; elsewhere assign rc = fl_cuda_status(...)
+ * and fall through to the function's single cleanup path. */
+#define FL_CUDA_TRY(call, what, err)                                                               \
+    do {                                                                                           \
+        int fl_cuda_rc_ = fl_cuda_status((call), (what), (err));                                   \
+        if (fl_cuda_rc_ != FL_OK)                                                                  \
+            return fl_cuda_rc_;                                                                    \
+    } while (0)
+
+/* The error of the last kernel launch (bad configuration, too much shared memory, ...). */
+static inline int fl_cuda_launch_status(const char *kernel, FlError *err)
+{
+    return fl_cuda_status(cudaGetLastError(), kernel, err);
+}
+
+static inline __host__ __device__ int ceil_div(int a, int b)
+{
+    return (a + b - 1) / b;
+}
+
+/* cudaMalloc of n floats (NULL and FL_OK for n == 0); `what` names the tensor in the error. */
+static inline int fl_cuda_alloc_floats(float **dst, size_t n, const char *what, FlError *err)
+{
+    *dst = NULL;
+    if (n == 0)
+        return FL_OK;
+    cudaError_t status = cudaMalloc((void **)dst, n * sizeof(float));
+    if (status != cudaSuccess) {
+        *dst = NULL;
+        return fl_fail(err, FL_BAD_INPUT, "CUDA error in allocating %s (%zu bytes): %s", what,
+                       n * sizeof(float), cudaGetErrorString(status));
+    }
+    return FL_OK;
+}
+
+/* A device copy of a host array of n floats (NULL when host is NULL or n == 0). */
+static inline int fl_cuda_upload_floats(float **dst, const float *host, size_t n, const char *what,
+                                        FlError *err)
+{
+    *dst = NULL;
+    if (!host || n == 0)
+        return FL_OK;
+    int rc = fl_cuda_alloc_floats(dst, n, what, err);
+    if (rc != FL_OK)
+        return rc;
+    rc = fl_cuda_status(cudaMemcpy(*dst, host, n * sizeof(float), cudaMemcpyHostToDevice), what, err);
+    if (rc != FL_OK) {
+        cudaFree(*dst);
+        *dst = NULL;
+    }
+    return rc;
+}
+
+/* ---- HBM counting (DESIGN §6) ------------------------------------------------------------------
+ * hbm_dev[0] = bytes read from global memory, hbm_dev[1] = bytes written; NULL = counting off.
+ * Kernels count in the kernel, once per block per tile: one thread adds the tile's bytes. */
+enum { HBM_READ = 0, HBM_WRITTEN = 1 };
+
+static inline __device__ void hbm_dev_add(unsigned long long *hbm_dev, int which,
+                                          unsigned long long bytes)
+{
+    if (hbm_dev && bytes)
+        atomicAdd(&hbm_dev[which], bytes);
+}
+
+static __global__ void hbm_dev_add_kernel(unsigned long long *hbm_dev, unsigned long long read,
+                                          unsigned long long written)
+{
+    hbm_dev[HBM_READ] += read;
+    hbm_dev[HBM_WRITTEN] += written;
+}
+
+/* Host side: adds the traffic of a library call (cuBLAS) we cannot count inside, in stream order.
+ * Does nothing when counting is off. */
+static inline int hbm_dev_add_from_host(unsigned long long *hbm_dev, unsigned long long read,
+                                        unsigned long long written, FlError *err)
+{
+    if (!hbm_dev)
+        return FL_OK;
+    hbm_dev_add_kernel<<<1, 1>>>(hbm_dev, read, written);
+    return fl_cuda_launch_status("hbm_dev_add_kernel", err);
+}
+
+#endif

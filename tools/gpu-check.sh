@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# gpu-check.sh — build and check flashlab on a GPU machine, from the repository root:
+#   unpack .deps/*.deb (OpenBLAS, cJSON) into /opt/deps, configure a Release build in build-gpu,
+#   build, run `ctest -L gpu`, compute-sanitizer (memcheck + racecheck) on every CUDA stage's check,
+#   `flashlab tour --device all`, `flashlab bench --device cuda --json`, PyTorch SDPA on the same
+#   shapes (tools/sdpa_bench.py), and last a summary table: ours vs SDPA.
+# Everything is written under $OUT (default ./gpu-out); the summary also goes to stdout.
+#
+# Environment:
+#   CUDA_ARCH=90          architectures for CMAKE_CUDA_ARCHITECTURES (default: native)
+#   BUILD_DIR=build-gpu   build folder
+#   SKIP_TESTS=1 SKIP_SANITIZER=1 SKIP_TOUR=1 SKIP_BENCH=1 SKIP_SDPA=1   leave a part out
+#   BENCH_ONLY=1          only build + bench + SDPA + summary (a cheap timing iteration)
+#   BENCH_ARGS="--T 1024,4096 --reps 5"   extra flags for `flashlab bench` (and T/d/B/H for SDPA)
+#   REPS=10               timed runs per shape (flashlab and SDPA)
+# Exit status: 0 when every part that ran passed, else 1.
+set -uo pipefail
+
+OUT=${OUT:-./gpu-out}
+BUILD_DIR=${BUILD_DIR:-build-gpu}
+CUDA_ARCH=${CUDA_ARCH:-native}
+REPS=${REPS:-10}
+BENCH_ARGS=${BENCH_ARGS:-}
+if [ "${BENCH_ONLY:-0}" = 1 ]; then
+  SKIP_TESTS=1 SKIP_SANITIZER=1 SKIP_TOUR=1
+fi
+mkdir -p "$OUT"
+failed=()
+step() { echo; echo "==== $*"; }
+record() { # record NAME STATUS
+  if [ "$2" -ne 0 ]; then failed+=("$1 (exit $2)"); fi
+}
+
+# ---- dependencies: the Debian packages carried in .deps (the GPU machine has no registry) ----
+DEPS=/opt/deps/usr
+if ls .deps/*.deb >/dev/null 2>&1; then
+  step "unpacking .deps into /opt/deps"
+  for f in .deps/*.deb; do dpkg -x "$f" /opt/deps || exit 1; done
+fi
+export CMAKE_PREFIX_PATH=$DEPS${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
+export LD_LIBRARY_PATH=$DEPS/lib/x86_64-linux-gnu:$DEPS/lib/x86_64-linux-gnu/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+blas_hints=()
+if [ -f $DEPS/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so ]; then
+  blas_hints=(-DBLAS_LIBRARIES=$DEPS/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so
+              -DCBLAS_INCLUDE_DIR=$DEPS/include/x86_64-linux-gnu/openblas-pthread)
+fi
+
+# ---- configure + build ------------------------------------------------------------------------
+step "configure + build ($BUILD_DIR, CUDA architectures $CUDA_ARCH)"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/build.log"
+{ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" "${blas_hints[@]}" &&
+  cmake --build "$BUILD_DIR" -j16; } >>"$OUT/build.log" 2>&1
+status=$?
+tail -3 "$OUT/build.log"
+if [ $status -ne 0 ]; then
+  echo "build failed; see $OUT/build.log"; tail -40 "$OUT/build.log"; exit 1
+fi
+FLASHLAB=$BUILD_DIR/flashlab
+cuda_stages=$("$FLASHLAB" list | awk '$3 == "cuda" { print $1 }' | sort -u)
+
+# ---- tests ----------------------------------------------------------------------------------------
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  step "ctest -L gpu"
+  (cd "$BUILD_DIR" && ctest -L gpu --output-on-failure) >"$OUT/ctest.log" 2>&1
+  status=$?; record "ctest -L gpu" $status
+  grep -E "tests passed|Failed|\*\*\*|Skipped" "$OUT/ctest.log" | tail -15
+fi
+
+if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
+  step "compute-sanitizer memcheck + racecheck on each CUDA stage's check"
+  : >"$OUT/sanitizer.log"
+  for s in $cuda_stages; do
+    for tool in memcheck racecheck; do
+      compute-sanitizer --tool $tool --error-exitcode 9 "$FLASHLAB" check "$s" --device cuda >>"$OUT/sanitizer.log" 2>&1
+      status=$?; record "compute-sanitizer $tool check $s" $status
+      printf '%-10s stage %s: %s\n' "$tool" "$s" "$([ $status -eq 0 ] && echo clean || echo "FAILED (exit $status)")" |
+        tee -a "$OUT/sanitizer.log"
+    done
+  done
+fi
+
+if [ "${SKIP_TOUR:-0}" != 1 ]; then
+  step "flashlab tour --device all"
+  "$FLASHLAB" tour --device all 2>&1 | tee "$OUT/tour.txt"
+  record "tour" "${PIPESTATUS[0]}"
+fi
+
+# ---- benchmark: ours, then PyTorch SDPA on the same shapes -----------------------------------------
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  step "flashlab bench --device cuda --d 64,128 --reps $REPS $BENCH_ARGS"
+  # shellcheck disable=SC2086
+  "$FLASHLAB" bench --device cuda --d 64,128 --reps "$REPS" $BENCH_ARGS --json >"$OUT/bench.json" 2>"$OUT/bench.err"
+  record "bench" $?
+  cat "$OUT/bench.err"
+fi
+if [ "${SKIP_SDPA:-0}" != 1 ]; then
+  step "PyTorch SDPA (float32, TF32 off) on the same shapes"
+  sdpa_args=()
+  for flag in --T --d --B --H; do # pass the bench's own overrides through
+    value=$(echo " $BENCH_ARGS " | sed -n "s/.* $flag \([^ ]*\) .*/\1/p")
+    [ -n "$value" ] && sdpa_args+=("$flag" "$value")
+  done
+  PYTHONUNBUFFERED=1 python3 tools/sdpa_bench.py --reps "$REPS" "${sdpa_args[@]}" --json "$OUT/sdpa.json"
+  record "sdpa_bench" $?
+fi
+if [ -s "$OUT/bench.json" ] && [ -s "$OUT/sdpa.json" ]; then
+  step "summary"
+  python3 tools/sdpa_bench.py --compare "$OUT/bench.json" "$OUT/sdpa.json" | tee "$OUT/summary.txt"
+fi
+
+echo
+if [ ${#failed[@]} -eq 0 ]; then
+  echo "gpu-check: every part that ran passed (logs in $OUT)"
+  exit 0
+fi
+echo "gpu-check: FAILED: ${failed[*]} (logs in $OUT)"
+exit 1

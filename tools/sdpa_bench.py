@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""sdpa_bench.py — the GPU reference numbers beside `flashlab bench --device cuda` (DESIGN §8).
+
+Times PyTorch's scaled_dot_product_attention in float32 (TF32 off) with the memory-efficient and
+the math backends on the shapes of flashlab's CUDA bench (self-attention, Hq = Hkv = H, d = dv,
+non-causal forward), with CUDA events after warm-up, and reports the median time and TFLOP/s with
+FLOPs = 4*B*H*T^2*d (the count flashlab uses). A shape a backend cannot run (the math backend
+materialises B*H*T*T scores and runs out of memory at T = 16384) is reported as skipped.
+
+PyTorch is needed only here, on the GPU machine; nothing in the C build uses this script.
+
+  python3 tools/sdpa_bench.py                              # defaults = flashlab bench --device cuda
+  python3 tools/sdpa_bench.py --T 1024,4096 --d 128 --json sdpa.json
+  python3 tools/sdpa_bench.py --compare bench.json sdpa.json   # summary table: ours vs SDPA
+"""
+import argparse
+import json
+import statistics
+import sys
+
+# flashlab bench --device cuda defaults (common/flashlab.c): B = 4, H = 16, T = 1024,4096,16384, d = 64,128
+DEFAULT_B, DEFAULT_H, DEFAULT_T, DEFAULT_D = 4, 16, "1024,4096,16384", "64,128"
+BACKENDS = ("EFFICIENT_ATTENTION", "MATH")
+
+
+def int_list(text):
+    return [int(x) for x in text.split(",") if x]
+
+
+def flops(B, H, T, d):
+    return 4.0 * B * H * T * T * d
+
+
+def time_sdpa(torch, backend, B, H, T, d, warmup, reps):
+    """Median ms of `reps` runs, each timed with its own pair of CUDA events."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+
+    gen = torch.Generator(device="cuda").manual_seed(T * 131 + d)
+    q, k, v = (torch.randn(B, H, T, d, device="cuda", dtype=torch.float32, generator=gen) for _ in range(3))
+    samples = []
+    with sdpa_kernel(getattr(SDPBackend, backend)):
+        for i in range(warmup + reps):
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            F.scaled_dot_product_attention(q, k, v)
+            stop.record()
+            stop.synchronize()
+            if i >= warmup:
+                samples.append(start.elapsed_time(stop))
+    return statistics.median(samples)
+
+
+def run_bench(args):
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False  # plain fp32, as flashlab's kernels
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    device = torch.cuda.get_device_name(0)
+    rows = []
+    for backend in BACKENDS:
+        for T in int_list(args.T):
+            for d in int_list(args.d):
+                row = {"backend": backend, "device": device, "B": args.B, "H": args.H, "T": T, "d": d,
+                       "flops": flops(args.B, args.H, T, d), "time_ms": None, "tflops_per_s": None, "note": None}
+                try:
+                    ms = time_sdpa(torch, backend, args.B, args.H, T, d, args.warmup, args.reps)
+                    row["time_ms"] = ms
+                    row["tflops_per_s"] = row["flops"] / (ms * 1e9)
+                except torch.OutOfMemoryError:
+                    row["note"] = "skipped: out of GPU memory"
+                except RuntimeError as e:  # e.g. no kernel of this backend for the shape
+                    row["note"] = "skipped: " + str(e).splitlines()[0][:120]
+                finally:
+                    torch.cuda.empty_cache()
+                rows.append(row)
+                print_sdpa_row(row)
+    return rows
+
+
+def print_sdpa_row(row):
+    value = ("%10.3f  %8.2f" % (row["time_ms"], row["tflops_per_s"])) if row["time_ms"] else row["note"]
+    print("sdpa %-20s B=%d H=%d T=%-6d d=%-4d %s" % (row["backend"], row["B"], row["H"], row["T"], row["d"], value),
+          flush=True)
+
+
+def compare(flashlab_json, sdpa_json):
+    """One table per (T, d): each flashlab CUDA stage and each SDPA backend, TFLOP/s and ratios."""
+    with open(flashlab_json) as f:
+        ours = [r for r in json.load(f) if r.get("device") == "cuda" and r.get("direction") == "fwd"]
+    with open(sdpa_json) as f:
+        theirs = json.load(f)
+    ref = {(r["T"], r["d"], r["backend"]): r for r in theirs}
+    device = theirs[0]["device"] if theirs else "?"
+    print("summary (%s, float32, non-causal forward, TFLOP/s = 4*B*H*T^2*d / time)" % device)
+    print("%-6s %-4s  %-26s %9s %9s  %12s %12s" % ("T", "d", "implementation", "time ms", "TFLOP/s",
+                                                 "vs mem-eff", "vs math"))
+    shapes = sorted({(r["Tq"], r["d"]) for r in ours} | {(r["T"], r["d"]) for r in theirs})
+    for T, d in shapes:
+        eff, math = ref.get((T, d, "EFFICIENT_ATTENTION")), ref.get((T, d, "MATH"))
+        lines = [("sdpa " + b.lower(), ref.get((T, d, b))) for b in BACKENDS]
+        for r in ours:
+            if (r["Tq"], r["d"]) == (T, d):
+                name = "flashlab %s %s%s" % (r["stage"], r["name"], (" " + r["variant"]) if r["variant"] else "")
+                tf = r["gflops_per_s"] / 1000.0 if r.get("error") is None else None
+                lines.append((name, {"time_ms": r.get("time_ms"), "tflops_per_s": tf, "note": r.get("error")}))
+        for name, r in lines:
+            if not r or r.get("tflops_per_s") is None:
+                note = (r or {}).get("note") or "not run"
+                print("%-6d %-4d  %-26s %s" % (T, d, name, note[:70]))
+                continue
+            def ratio(base):
+                return "%11.2fx" % (r["tflops_per_s"] / base["tflops_per_s"]) if base and base["tflops_per_s"] else "%12s" % "-"
+            print("%-6d %-4d  %-26s %9.3f %9.2f  %s %s" % (T, d, name, r["time_ms"], r["tflops_per_s"],
+                                                          ratio(eff), ratio(math)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--B", type=int, default=DEFAULT_B)
+    ap.add_argument("--H", type=int, default=DEFAULT_H)
+    ap.add_argument("--T", default=DEFAULT_T, help="comma-separated sequence lengths")
+    ap.add_argument("--d", default=DEFAULT_D, help="comma-separated head dims")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--json", metavar="PATH", help="write the rows as a JSON array here")
+    ap.add_argument("--compare", nargs=2, metavar=("FLASHLAB_JSON", "SDPA_JSON"),
+                    help="print the summary table of a `flashlab bench --json` file against a --json file of this script")
+    args = ap.parse_args()
+    if args.compare:
+        compare(*args.compare)
+        return 0
+    rows = run_bench(args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
