@@ -1047,11 +1047,6 @@ static int cmd_bench(Options *o)
         fprintf(stderr, "flashlab bench: no %s stages in this build\n", device_name(o->device));
         return FL_BAD_INPUT;
     }
-    if (o->json)
-        printf("[");
-    else
-        printf("%-5s  %-12s  %-3s  %3s  %3s  %6s  %4s  %10s  %9s  %9s  %9s  %9s\n", "stage", "device", "dir", "B",
-               "H", "T", "d", "time ms", cuda ? "TFLOP/s" : "GFLOP/s", "HBM read", "HBM write", "extra mem");
     int rows = 0, errors = 0;
     for (int s = 0; s < n; s++)
         for (int ti = 0; ti < o->T.count; ti++)
@@ -1060,6 +1055,12 @@ static int cmd_bench(Options *o)
                 FlError err = {{0}};
                 if (o->direction == DIR_BWD && !has_backward(chosen[s]))
                     continue; /* forward-only stage: nothing to time backward */
+                if (rows == 0 && o->json)
+                    printf("[");
+                else if (rows == 0)
+                    printf("%-5s  %-12s  %-3s  %3s  %3s  %6s  %4s  %10s  %9s  %9s  %9s  %9s\n", "stage", "device",
+                           "dir", "B", "H", "T", "d", "time ms", cuda ? "TFLOP/s" : "GFLOP/s", "HBM read",
+                           "HBM write", "extra mem");
                 int status = bench_one(o, chosen[s], o->T.values[ti], o->d.values[di], &row, &err);
                 if (status != FL_OK) {
                     row.error = err.msg;
@@ -1069,7 +1070,7 @@ static int cmd_bench(Options *o)
                 rows++;
                 fflush(stdout);
             }
-    if (o->json)
+    if (o->json && rows > 0)
         printf("\n]\n");
     if (rows == 0) {
         fprintf(stderr, "flashlab bench: nothing to run (no selected stage has a backward pass)\n");
