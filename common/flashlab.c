@@ -831,6 +831,10 @@ static int cmd_tour(Options *o)
 {
     if (o->npositional > 0)
         return usage_error("tour", "unexpected argument '%s'", o->positional[0]);
+    if (!o->device_all && o->device == DEVICE_CUDA && !cuda_device_available()) {
+        printf("no CUDA device: skipped (cuda: %s)\n", cuda_device_description());
+        return FL_NO_DEVICE;
+    }
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/tour", golden_dir());
     Case c;
@@ -856,8 +860,10 @@ static int cmd_tour(Options *o)
         rows++;
     }
     case_free(&c);
-    if (rows == 0)
-        printf("(no stages in this build for this device yet)\n");
+    if (rows == 0) {
+        fprintf(stderr, "flashlab tour: no stages in this build for this device: nothing ran\n");
+        return FL_BAD_INPUT;
+    }
     printf("\ncuda device: %s\n", cuda_device_available() ? cuda_device_description() : "none");
     printf("%d row%s, %d failed\n", rows, rows == 1 ? "" : "s", failed);
     return failed ? FL_CHECK_FAILED : FL_OK;
@@ -1255,7 +1261,8 @@ static const Command commands[] = {
      "  --threads N         CPU worker threads (default: all cores)\n"
      "  --verbose           case descriptions, HBM counts, and the golden cases skipped\n"
      "\n"
-     "Exit: 0 all passed; 1 a tensor failed; 2 bad usage, an unreadable case, or no case checked at all;\n"
+     "Exit: 0 all passed; 1 a tensor failed; 2 bad usage, an unreadable case, a run the stage refused\n"
+     "(e.g. tiles that do not fit in --sram), or no case checked at all;\n"
      "3 a named case needs a feature the stage lacks (or --direction bwd on a forward-only stage);\n"
      "77 --device cuda without a CUDA device (prints 'no CUDA device: skipped').\n"},
     {"run", cmd_run,
@@ -1274,7 +1281,8 @@ static const Command commands[] = {
      "files, HBM bytes read and written and the extra memory of the forward pass, the median time of 5\n"
      "forward runs (after 1 warm-up, counting off), GFLOP/s (4*B*Hq*Tq*Tk*d), and the lesson.\n"
      "CUDA rows print 'skipped (no CUDA device)' when there is none. --device picks one device\n"
-     "(default all). Exit: 0 all rows passed; 1 a row failed; 2 the tour case cannot be read.\n"},
+     "(default all). Exit: 0 all rows passed; 1 a row failed; 2 the tour case cannot be read or no\n"
+     "stage ran; 77 --device cuda without a CUDA device.\n"},
     {"bench", cmd_bench,
      "flashlab bench [--device cpu|cuda] [--stages 01,02,03] [--T 512,1024,2048,4096] [--B 1] [--H 8]\n"
      "               [--d 64] [--causal] [--direction fwd|bwd] [--reps N] [--sram BYTES]\n"
