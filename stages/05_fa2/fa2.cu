@@ -1,0 +1,377 @@
+/* stages/05_fa2/fa2.cu — FlashAttention-2 forward as a CUDA kernel, float32 end to end.
+ *
+ * One thread block owns one query tile Q_i (Br rows) of one head and walks over every K/V tile
+ * (Bc rows) of that head. Per query row it keeps, in registers:
+ *   m   the running maximum of the (log2-scaled) scores seen so far
+ *   l   the running softmax denominator (each thread a partial sum of its own columns)
+ *   Õ   the unnormalised output accumulator, Õ = sum_j exp2(S_ij - m) V_j
+ * and only at the end divides once, O = Õ / l, and writes O and lse = m + log l to HBM once.
+ *
+ * The FA1 kernel of stage 04 did the opposite: K/V outer, Q inner, so every Q_i and O_i went
+ * through HBM once per K/V tile. Here Q_i is read once and O_i written once.
+ *
+ * Threads and tiles (template parameters; one thread per micro-tile, plain FFMA, no tensor cores):
+ *   TM x TN micro-tile of S per thread;   RG = Br/TM row groups, CG = Bc/TN column groups,
+ *   thread tid = rg * CG + cg, so the CG threads that share a row are neighbours in one warp and
+ *   reduce a row with __shfl_xor_sync. Thread (rg, cg) owns
+ *     rows    rg + RG*i              (i < TM)        of S, P and O
+ *     columns cg + CG*j              (j < TN)        of S and P
+ *     columns 4*(CG*q + cg) + u      (q < D/(4CG))   of O, as float4.
+ * Shared memory (floats, rows padded so that the warp's float4 reads hit distinct banks):
+ *   Qs (Br, D+4)   Ks (Bc, D+4)   Vs (Bc, D)   Ps (Br, Bc+CG)
+ * The head dims d and dv are zero-padded to D = 32, 64, 96 or 128 (one instantiation each).
+ * Tiles arrive with cp.async: K_{j+1} streams in while P_j V_j runs, V_{j+1} while S_{j+1} runs. */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "attn.h"
+#include "cuda_util.h"
+#include "error.h"
+
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// ---- cp.async: global -> shared without passing through registers ------------------------------
+// src_bytes < size zero-fills the rest, which is how rows past T and columns past d become 0.
+__device__ __forceinline__ void cp_async16(float *smem, const float *gmem, int src_bytes)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
+                 "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async4(float *smem, const float *gmem, int src_bytes)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem),
+                 "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Tile (ROWS, COLS) of a row-major HBM matrix with `cols` columns, of which `rows` rows exist,
+// into shared memory with row stride STRIDE; missing rows/columns become 0. `vec`: 16-byte
+// copies (cols % 4 == 0 and 16-byte aligned base), else 4-byte copies.
+template <int ROWS, int COLS, int STRIDE, int NT>
+__device__ __forceinline__ void load_tile(float *sm, const float *g, int rows, int cols, bool vec,
+                                          int tid)
+{
+    if (vec) {
+        constexpr int CH = COLS / 4;
+#pragma unroll
+        for (int idx = tid; idx < ROWS * CH; idx += NT) {
+            const int r = idx / CH, c = (idx % CH) * 4;
+            const bool ok = r < rows && c < cols;
+            cp_async16(sm + r * STRIDE + c, ok ? g + (size_t)r * cols + c : g, ok ? 16 : 0);
+        }
+    } else {
+        for (int idx = tid; idx < ROWS * COLS; idx += NT) {
+            const int r = idx / COLS, c = idx % COLS;
+            const bool ok = r < rows && c < cols;
+            cp_async4(sm + r * STRIDE + c, ok ? g + (size_t)r * cols + c : g, ok ? 4 : 0);
+        }
+    }
+}
+
+struct Fa2Args {
+    const float *q, *k, *v;
+    float *o, *lse;
+    int Tq, Tk, d, dv, Hq, group; // group = Hq / Hkv (1 until stage 08)
+    float scale_log2;             // scale * log2(e): scores live in base 2
+    bool vec_qk, vec_v, vec_o;
+    unsigned long long *hbm;      // [read, written] or NULL
+};
+
+template <int D, int BR, int BC, int TM, int TN> struct Fa2Tile {
+    static constexpr int RG = BR / TM, CG = BC / TN, NT = RG * CG;
+    static constexpr int OQ = D / (4 * CG); // float4 chunks of O per thread and row
+    static constexpr int QS = D + 4, KS = D + 4, VS = D, PS = BC + CG;
+    static constexpr int SMEM_FLOATS = BR * QS + BC * KS + BC * VS + BR * PS;
+    static constexpr size_t SMEM_BYTES = SMEM_FLOATS * sizeof(float);
+    static_assert(32 % CG == 0 && NT % 32 == 0, "a row's threads must share one warp");
+    static_assert(D % (4 * CG) == 0 && BC % 4 == 0, "float4 chunks must tile D and Bc");
+};
+
+template <int D, int BR, int BC, int TM, int TN, int MINB>
+__global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
+    fa2_forward_kernel(Fa2Args a)
+{
+    using T = Fa2Tile<D, BR, BC, TM, TN>;
+    constexpr int RG = T::RG, CG = T::CG, NT = T::NT, OQ = T::OQ;
+    extern __shared__ float4 smem4[];
+    float *Qs = reinterpret_cast<float *>(smem4); // Q_i  (Br, D)
+    float *Ks = Qs + BR * T::QS;                  // K_j  (Bc, D)
+    float *Vs = Ks + BC * T::KS;                  // V_j  (Bc, D)
+    float *Ps = Vs + BC * T::VS;                  // P_ij (Br, Bc)
+
+    const int tid = threadIdx.x, rg = tid / CG, cg = tid % CG;
+    const int bh = blockIdx.y, h = bh % a.Hq, b = bh / a.Hq;
+    const int kvh = b * (a.Hq / a.group) + h / a.group;
+    const int q0 = blockIdx.x * BR;
+    const int rows_q = min(BR, a.Tq - q0);
+    const float *q = a.q + ((size_t)bh * a.Tq + q0) * a.d;
+    const float *k = a.k + (size_t)kvh * a.Tk * a.d;
+    const float *v = a.v + (size_t)kvh * a.Tk * a.dv;
+    const int n_tiles = (a.Tk + BC - 1) / BC;
+
+    // Prologue: Q_i, K_0, V_0 in flight, three commit groups.
+    load_tile<BR, D, T::QS, NT>(Qs, q, rows_q, a.d, a.vec_qk, tid);
+    cp_async_commit();
+    load_tile<BC, D, T::KS, NT>(Ks, k, min(BC, a.Tk), a.d, a.vec_qk, tid);
+    cp_async_commit();
+    load_tile<BC, D, T::VS, NT>(Vs, v, min(BC, a.Tk), a.dv, a.vec_v, tid);
+    cp_async_commit();
+    if (tid == 0)
+        hbm_dev_add(a.hbm, HBM_READ, (unsigned long long)rows_q * a.d * sizeof(float));
+
+    float m[TM], l[TM];   // running max (base 2) and this thread's partial row sums
+    float4 o[TM][OQ];     // Õ: unnormalised output rows
+#pragma unroll
+    for (int i = 0; i < TM; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+#pragma unroll
+        for (int qq = 0; qq < OQ; qq++)
+            o[i][qq] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+
+    for (int t = 0; t < n_tiles; t++) {
+        const int kv0 = t * BC, rows_kv = min(BC, a.Tk - kv0);
+        cp_async_wait<1>(); // Q_i and K_j have landed (V_j may still be in flight)
+        __syncthreads();
+        if (tid == 0)
+            hbm_dev_add(a.hbm, HBM_READ,
+                        (unsigned long long)rows_kv * (a.d + a.dv) * sizeof(float));
+
+        // S = Q_i K_j^T   (Br, Bc): this thread's TM x TN micro-tile, 4 k at a time
+        float s[TM][TN];
+#pragma unroll
+        for (int i = 0; i < TM; i++)
+#pragma unroll
+            for (int j = 0; j < TN; j++)
+                s[i][j] = 0.0f;
+#pragma unroll 2
+        for (int kk = 0; kk < D; kk += 4) {
+            float4 qa[TM], kb[TN];
+#pragma unroll
+            for (int i = 0; i < TM; i++)
+                qa[i] = *reinterpret_cast<const float4 *>(&Qs[(rg + RG * i) * T::QS + kk]);
+#pragma unroll
+            for (int j = 0; j < TN; j++)
+                kb[j] = *reinterpret_cast<const float4 *>(&Ks[(cg + CG * j) * T::KS + kk]);
+#pragma unroll
+            for (int i = 0; i < TM; i++)
+#pragma unroll
+                for (int j = 0; j < TN; j++) {
+                    s[i][j] = fmaf(qa[i].x, kb[j].x, s[i][j]);
+                    s[i][j] = fmaf(qa[i].y, kb[j].y, s[i][j]);
+                    s[i][j] = fmaf(qa[i].z, kb[j].z, s[i][j]);
+                    s[i][j] = fmaf(qa[i].w, kb[j].w, s[i][j]);
+                }
+        }
+
+        // Online softmax in registers (base 2): m_new = max(m, rowmax S), P = exp2(S - m_new),
+        // l = exp2(m - m_new) l + rowsum P, Õ = exp2(m - m_new) Õ. Columns past Tk get -inf.
+#pragma unroll
+        for (int i = 0; i < TM; i++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < TN; j++) {
+                const float x = (cg + CG * j < rows_kv) ? s[i][j] * a.scale_log2 : -INFINITY;
+                s[i][j] = x;
+                mx = fmaxf(mx, x);
+            }
+#pragma unroll
+            for (int off = CG / 2; off > 0; off >>= 1)
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            const float m_new = fmaxf(m[i], mx); // finite: every tile has >= 1 real column
+            const float alpha = exp2f(m[i] - m_new);
+            float rowsum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < TN; j++) {
+                const float pij = exp2f(s[i][j] - m_new);
+                s[i][j] = pij;
+                rowsum += pij;
+            }
+            l[i] = l[i] * alpha + rowsum;
+            m[i] = m_new;
+#pragma unroll
+            for (int qq = 0; qq < OQ; qq++) {
+                o[i][qq].x *= alpha;
+                o[i][qq].y *= alpha;
+                o[i][qq].z *= alpha;
+                o[i][qq].w *= alpha;
+            }
+#pragma unroll
+            for (int j = 0; j < TN; j++)
+                Ps[(rg + RG * i) * T::PS + cg + CG * j] = s[i][j];
+        }
+        cp_async_wait<0>(); // V_j has landed
+        __syncthreads();    // P_ij visible to the row's threads; Ks free
+
+        if (t + 1 < n_tiles)
+            load_tile<BC, D, T::KS, NT>(Ks, k + (size_t)(kv0 + BC) * a.d, min(BC, a.Tk - kv0 - BC),
+                                        a.d, a.vec_qk, tid);
+        cp_async_commit();
+
+        // Õ += P_ij V_j   (Br, D): 4 columns of P at a time, float4 rows of V
+#pragma unroll 2
+        for (int c = 0; c < BC; c += 4) {
+            float4 p4[TM];
+#pragma unroll
+            for (int i = 0; i < TM; i++)
+                p4[i] = *reinterpret_cast<const float4 *>(&Ps[(rg + RG * i) * T::PS + c]);
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                float4 vb[OQ];
+#pragma unroll
+                for (int qq = 0; qq < OQ; qq++)
+                    vb[qq] = *reinterpret_cast<const float4 *>(
+                        &Vs[(c + u) * T::VS + 4 * (CG * qq + cg)]);
+#pragma unroll
+                for (int i = 0; i < TM; i++) {
+                    const float pu = u == 0 ? p4[i].x : u == 1 ? p4[i].y : u == 2 ? p4[i].z : p4[i].w;
+#pragma unroll
+                    for (int qq = 0; qq < OQ; qq++) {
+                        o[i][qq].x = fmaf(pu, vb[qq].x, o[i][qq].x);
+                        o[i][qq].y = fmaf(pu, vb[qq].y, o[i][qq].y);
+                        o[i][qq].z = fmaf(pu, vb[qq].z, o[i][qq].z);
+                        o[i][qq].w = fmaf(pu, vb[qq].w, o[i][qq].w);
+                    }
+                }
+            }
+        }
+        __syncthreads(); // Vs and Ps free
+
+        if (t + 1 < n_tiles)
+            load_tile<BC, D, T::VS, NT>(Vs, v + (size_t)(kv0 + BC) * a.dv, min(BC, a.Tk - kv0 - BC),
+                                        a.dv, a.vec_v, tid);
+        cp_async_commit();
+    }
+
+    // One rescale: O = Õ / l, lse = (m + log2 l) ln 2, written once.
+#pragma unroll
+    for (int i = 0; i < TM; i++) {
+#pragma unroll
+        for (int off = CG / 2; off > 0; off >>= 1)
+            l[i] += __shfl_xor_sync(0xffffffffu, l[i], off);
+        const int row = rg + RG * i;
+        if (row >= rows_q)
+            continue;
+        const float inv_l = 1.0f / l[i];
+        float *orow = a.o + ((size_t)bh * a.Tq + q0 + row) * a.dv;
+#pragma unroll
+        for (int qq = 0; qq < OQ; qq++) {
+            const int c = 4 * (CG * qq + cg);
+            const float4 r = make_float4(o[i][qq].x * inv_l, o[i][qq].y * inv_l,
+                                         o[i][qq].z * inv_l, o[i][qq].w * inv_l);
+            if (a.vec_o && c + 4 <= a.dv) {
+                *reinterpret_cast<float4 *>(orow + c) = r;
+            } else {
+                if (c + 0 < a.dv) orow[c + 0] = r.x;
+                if (c + 1 < a.dv) orow[c + 1] = r.y;
+                if (c + 2 < a.dv) orow[c + 2] = r.z;
+                if (c + 3 < a.dv) orow[c + 3] = r.w;
+            }
+        }
+        if (cg == 0)
+            a.lse[(size_t)bh * a.Tq + q0 + row] = (m[i] + log2f(l[i])) * kLn2;
+    }
+    if (tid == 0)
+        hbm_dev_add(a.hbm, HBM_WRITTEN, (unsigned long long)rows_q * (a.dv + 1) * sizeof(float));
+}
+
+// Launches one configuration; raises the dynamic shared-memory limit once per instantiation.
+template <int D, int BR, int BC, int TM, int TN, int MINB>
+int fa2_launch(const Fa2Args &a, int heads, cudaStream_t stream, FlError *err)
+{
+    using T = Fa2Tile<D, BR, BC, TM, TN>;
+    auto kernel = fa2_forward_kernel<D, BR, BC, TM, TN, MINB>;
+    static bool smem_raised = false;
+    if (!smem_raised) {
+        int rc = fl_cuda_status(cudaFuncSetAttribute(kernel,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     (int)T::SMEM_BYTES),
+                                "fa2: raising the shared-memory limit", err);
+        if (rc != FL_OK)
+            return rc;
+        smem_raised = true;
+    }
+    dim3 grid((unsigned)ceil_div(a.Tq, BR), (unsigned)heads);
+    kernel<<<grid, T::NT, T::SMEM_BYTES, stream>>>(a);
+    return fl_cuda_launch_status("fa2_forward_kernel", err);
+}
+
+} // namespace
+
+// The configurations the stage uses, one per padded head dim: <D, Br, Bc, TM, TN, min blocks/SM>.
+// All use Br = 128 (the HBM model's closed form depends on it: FA2_BLOCK_R). Picked by timing
+// on an H200 (README.md): at D = 64 an 8x8 micro-tile in 128 threads, at D = 128 a 4x8 micro-tile
+// in 256 threads (an 8x8 one would need 128 registers of O per thread).
+#define FA2_BLOCK_R 128
+#define FA2_CONFIG_D32 32, FA2_BLOCK_R, 64, 4, 8, 2
+#define FA2_CONFIG_D64 64, FA2_BLOCK_R, 64, 8, 8, 2
+#define FA2_CONFIG_D96 96, FA2_BLOCK_R, 64, 4, 8, 1
+#define FA2_CONFIG_D128 128, FA2_BLOCK_R, 64, 4, 8, 1
+
+static int fa2_padded_dim(int d, int dv)
+{
+    const int x = d > dv ? d : dv;
+    return (x + 31) / 32 * 32;
+}
+
+static Fa2Args fa2_args(const AttnProblem *p, AttnTensors *t, const RunCtx *ctx)
+{
+    Fa2Args a;
+    a.q = p->q, a.k = p->k, a.v = p->v, a.o = t->o, a.lse = t->lse;
+    a.Tq = p->Tq, a.Tk = p->Tk, a.d = p->d, a.dv = p->dv, a.Hq = p->Hq;
+    a.group = p->Hq / p->Hkv;
+    a.scale_log2 = p->scale * kLog2e;
+    const auto aligned = [](const void *x) { return ((uintptr_t)x & 15u) == 0; };
+    a.vec_qk = p->d % 4 == 0 && aligned(p->q) && aligned(p->k);
+    a.vec_v = p->dv % 4 == 0 && aligned(p->v);
+    a.vec_o = p->dv % 4 == 0 && aligned(t->o);
+    a.hbm = ctx->hbm_dev;
+    return a;
+}
+
+static int fa2_forward_cuda(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
+{
+    if (p->d <= 0 || p->dv <= 0 || p->d > 128 || p->dv > 128)
+        return fl_fail(err, FL_BAD_INPUT,
+                       "stages/05_fa2/fa2.cu: head dims d = %d, dv = %d; this kernel supports 1..128",
+                       p->d, p->dv);
+    if (p->Hkv <= 0 || p->Hq % p->Hkv != 0)
+        return fl_fail(err, FL_BAD_INPUT, "stages/05_fa2/fa2.cu: Hq = %d is not a multiple of Hkv = %d",
+                       p->Hq, p->Hkv);
+    if (p->Tq <= 0 || p->Tk <= 0 || p->B <= 0 || p->Hq <= 0)
+        return FL_OK; // nothing to compute
+    const Fa2Args a = fa2_args(p, t, ctx);
+    const int heads = p->B * p->Hq;
+    switch (fa2_padded_dim(p->d, p->dv)) {
+    case 32: return fa2_launch<FA2_CONFIG_D32>(a, heads, 0, err);
+    case 64: return fa2_launch<FA2_CONFIG_D64>(a, heads, 0, err);
+    case 96: return fa2_launch<FA2_CONFIG_D96>(a, heads, 0, err);
+    default: return fa2_launch<FA2_CONFIG_D128>(a, heads, 0, err);
+    }
+}
+
+static const StageImpl fa2_cuda = {
+    "05",
+    "fa2",
+    "",
+    DEVICE_CUDA,
+    "FlashAttention-2 kernel: Q tile per block, m, l and the unnormalised O in registers, "
+    "O and lse written once",
+    0u,
+    fa2_forward_cuda,
+    NULL,
+    NULL,
+};
+
+extern "C" const StageImpl *const stage05_fa2_cuda[] = {&fa2_cuda, NULL};

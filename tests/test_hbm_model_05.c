@@ -1,0 +1,200 @@
+/* test_hbm_model_05.c — stage 05 (FlashAttention-2): the HBM counters equal the closed forms of
+ * docs/hbm_model.md (fragment docs/fragments/hbm_05.md), O and lse are written exactly once, and
+ * no workspace is used; the outputs are compared with a float64 reference so the counts come from
+ * a run that really computed attention.
+ *
+ * Usage: test_hbm_model_05 cpu|cuda. The cuda mode returns 77 (skipped) without a CUDA device.
+ * The expected numbers are computed here from the doc's formulas, independently of the stage. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn.h"
+#include "hbm.h"
+#include "random.h"
+#include "runner.h"
+
+typedef struct {
+    int B, H, Tq, Tk, d, dv;
+} Shape;
+
+/* odd T; Tq < Tk with dv != d and B > 1; Tq > Tk with d = 80; T = 1; several query blocks with
+ * d = 128 and partial last tiles; d not a multiple of 4 */
+static const Shape shapes[] = {
+    {1, 2, 37, 37, 24, 24}, {2, 3, 50, 129, 64, 32},   {1, 1, 130, 17, 80, 80},
+    {1, 1, 1, 1, 16, 16},   {2, 2, 300, 200, 128, 128}, {1, 1, 70, 45, 37, 37},
+};
+enum { SHAPE_COUNT = sizeof shapes / sizeof shapes[0] };
+
+typedef struct {
+    uint64_t read, written, workspace; /* bytes */
+} Counts;
+
+static uint64_t div_up(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+/* ---- docs/fragments/hbm_05.md, written out again ------------------------------------------ */
+
+/* Per head: Q read once, K and V read once per query block, O and lse written once.
+ *   read    = 4 B H (Tq d + ceil(Tq / Br) Tk (d + dv))
+ *   written = 4 B H Tq (dv + 1)           workspace = 0 */
+static Counts model_05(const Shape *s, uint64_t Br)
+{
+    const uint64_t BH = (uint64_t)s->B * s->H, Tq = s->Tq, Tk = s->Tk, d = s->d, dv = s->dv;
+    Counts e;
+    e.read = 4 * BH * (Tq * d + div_up(Tq, Br) * Tk * (d + dv));
+    e.written = 4 * BH * Tq * (dv + 1);
+    e.workspace = 0;
+    return e;
+}
+
+/* CPU: Br = max(1, min(Bc, d)) with Bc = max(1, (M / 4) / (4 (d + dv))). */
+static uint64_t block_r_cpu(const Shape *s, uint64_t M)
+{
+    const uint64_t Bc = max_u64(1, (M / 4) / (4 * (uint64_t)(s->d + s->dv)));
+    return max_u64(1, min_u64(Bc, (uint64_t)s->d));
+}
+
+/* CUDA: every kernel configuration uses Br = 128 query rows per thread block. */
+enum { BR_CUDA = 128 };
+
+/* ---- a float64 reference for the outputs ------------------------------------------------------- */
+
+static double max_error_vs_reference(const Shape *s, const float *q, const float *k, const float *v,
+                                     const float *o, const float *lse)
+{
+    double worst = 0.0, scale = 1.0 / sqrt((double)s->d);
+    double *row = malloc(sizeof(double) * (size_t)s->Tk);
+    if (!row)
+        return INFINITY;
+    for (int bh = 0; bh < s->B * s->H; bh++)
+        for (int i = 0; i < s->Tq; i++) {
+            const float *qi = q + ((size_t)bh * s->Tq + i) * s->d;
+            double m = -INFINITY, l = 0.0;
+            for (int j = 0; j < s->Tk; j++) {
+                const float *kj = k + ((size_t)bh * s->Tk + j) * s->d;
+                double dot = 0.0;
+                for (int c = 0; c < s->d; c++)
+                    dot += (double)qi[c] * kj[c];
+                row[j] = dot * scale;
+                m = row[j] > m ? row[j] : m;
+            }
+            for (int j = 0; j < s->Tk; j++)
+                l += exp(row[j] - m);
+            const size_t r = (size_t)bh * s->Tq + i;
+            const double ref_lse = m + log(l);
+            double err = fabs(lse[r] - ref_lse) / (1.0 + fabs(ref_lse)); /* atol = rtol */
+            worst = err > worst || isnan(err) ? err : worst;
+            for (int c = 0; c < s->dv; c++) {
+                double acc = 0.0;
+                for (int j = 0; j < s->Tk; j++)
+                    acc += exp(row[j] - m) / l * v[((size_t)bh * s->Tk + j) * s->dv + c];
+                err = fabs(o[r * s->dv + c] - acc) / (1.0 + fabs(acc));
+                worst = err > worst || isnan(err) ? err : worst;
+            }
+        }
+    free(row);
+    return worst;
+}
+
+static float *random_floats(Rng *rng, size_t n)
+{
+    float *x = malloc(sizeof(float) * (n ? n : 1));
+    if (x)
+        rng_fill_normal(rng, x, n, 1.0f);
+    return x;
+}
+
+/* Runs impl on one shape (SRAM size M for the CPU, 0 otherwise) with counting on; 0 when the
+ * counts, the workspace and the outputs are right. */
+static int check_shape(const StageImpl *impl, const Shape *s, size_t M, uint64_t Br)
+{
+    const size_t nq = (size_t)s->B * s->H * s->Tq * s->d, nk = (size_t)s->B * s->H * s->Tk * s->d;
+    const size_t nv = (size_t)s->B * s->H * s->Tk * s->dv, no = (size_t)s->B * s->H * s->Tq * s->dv;
+    const size_t nl = (size_t)s->B * s->H * s->Tq;
+    Rng rng;
+    rng_seed(&rng, 505u + (uint64_t)s->Tq * 7u + (uint64_t)s->Tk);
+    float *q = random_floats(&rng, nq), *k = random_floats(&rng, nk), *v = random_floats(&rng, nv);
+    float *o = malloc(sizeof(float) * no), *lse = malloc(sizeof(float) * nl);
+    int failed = 1;
+    if (!q || !k || !v || !o || !lse) {
+        fprintf(stderr, "out of memory\n");
+        goto done;
+    }
+    for (size_t i = 0; i < no; i++)
+        o[i] = NAN; /* poisoned: an unwritten element fails */
+    for (size_t i = 0; i < nl; i++)
+        lse[i] = NAN;
+
+    AttnProblem p;
+    memset(&p, 0, sizeof p);
+    p.B = s->B, p.Hq = s->H, p.Hkv = s->H, p.Tq = s->Tq, p.Tk = s->Tk, p.d = s->d, p.dv = s->dv;
+    p.scale = (float)(1.0 / sqrt((double)s->d));
+    p.q = q, p.k = k, p.v = v;
+    AttnTensors t;
+    memset(&t, 0, sizeof t);
+    t.o = o, t.lse = lse;
+    RunCtx opts;
+    memset(&opts, 0, sizeof opts);
+    opts.sram_bytes = M;
+    opts.threads = 2;
+    RunStats stats;
+    FlError err = {{0}};
+    const int rc = runner_run(impl, DIR_FWD, &p, &t, &opts, &stats, &err);
+    if (rc != 0) {
+        fprintf(stderr, "stage 05 %s: runner_run failed (%d): %s\n", device_name(impl->device), rc,
+                err.msg);
+        goto done;
+    }
+    const Counts want = model_05(s, Br);
+    const Counts got = {stats.fwd.bytes_read, stats.fwd.bytes_written, stats.extra_bytes_fwd};
+    /* O and lse exactly once: the written bytes are the size of the outputs, no more */
+    const uint64_t outputs = (uint64_t)(no + nl) * sizeof(float);
+    const double max_err = max_error_vs_reference(s, q, k, v, o, lse);
+    failed = got.read != want.read || got.written != want.written || got.written != outputs ||
+             got.workspace != 0 || !(max_err <= 1e-4);
+    printf("stage 05 %-4s M=%-7zu Br=%-3llu B=%d H=%d Tq=%d Tk=%d d=%d dv=%d  read %llu (model %llu)"
+           "  written %llu (model %llu, outputs %llu)  workspace %llu  max err %.2e  %s\n",
+           device_name(impl->device), M, (unsigned long long)Br, s->B, s->H, s->Tq, s->Tk, s->d,
+           s->dv, (unsigned long long)got.read, (unsigned long long)want.read,
+           (unsigned long long)got.written, (unsigned long long)want.written,
+           (unsigned long long)outputs, (unsigned long long)got.workspace, max_err,
+           failed ? "FAIL" : "ok");
+done:
+    free(q), free(k), free(v), free(o), free(lse);
+    return failed;
+}
+
+int main(int argc, char **argv)
+{
+    const int cuda = argc == 2 && !strcmp(argv[1], "cuda");
+    if (argc != 2 || (!cuda && strcmp(argv[1], "cpu"))) {
+        fprintf(stderr, "usage: test_hbm_model_05 cpu|cuda\n");
+        return 2;
+    }
+    if (cuda && !cuda_device_available()) {
+        printf("no CUDA device: skipped (cuda: %s)\n", cuda_device_description());
+        return 77;
+    }
+    const StageImpl *impl = stage_find("05", cuda ? DEVICE_CUDA : DEVICE_CPU, "");
+    if (!impl) {
+        fprintf(stderr, "stage 05 has no %s implementation in this build\n", argv[1]);
+        return 1;
+    }
+    int failures = 0, runs = 0;
+    if (cuda) {
+        for (int i = 0; i < SHAPE_COUNT; i++, runs++)
+            failures += check_shape(impl, &shapes[i], 0, BR_CUDA);
+    } else {
+        /* two SRAM sizes: the default and a small one that forces many small tiles */
+        const size_t sizes[] = {FLASHLAB_DEFAULT_SRAM_BYTES, 16u * 1024u};
+        for (int m = 0; m < 2; m++)
+            for (int i = 0; i < SHAPE_COUNT; i++, runs++)
+                failures += check_shape(impl, &shapes[i], sizes[m], block_r_cpu(&shapes[i], sizes[m]));
+    }
+    printf("%d of %d runs failed\n", failures, runs);
+    return failures ? 1 : 0;
+}
