@@ -514,7 +514,8 @@ static const char *feature_list(unsigned features, char *buf, size_t len)
 
 static int cmd_list(Options *o)
 {
-    (void)o;
+    if (o->npositional > 0)
+        return usage_error("list", "unexpected argument '%s'", o->positional[0]);
     const StageImpl *const *all = stage_registry();
     if (!all[0]) {
         printf("no stages in this build yet (stages/NN_name/CMakeLists.txt registers them)\n");
