@@ -39,9 +39,10 @@ if ls .deps/*.deb >/dev/null 2>&1; then
 fi
 export CMAKE_PREFIX_PATH=$DEPS${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
 export LD_LIBRARY_PATH=$DEPS/lib/x86_64-linux-gnu:$DEPS/lib/x86_64-linux-gnu/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-blas_hints=()
+# cJSON's CMake package from the .deb names /usr paths: skip it, so CMake finds header + library
+blas_hints=(-DCMAKE_DISABLE_FIND_PACKAGE_cJSON=ON)
 if [ -f $DEPS/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so ]; then
-  blas_hints=(-DBLAS_LIBRARIES=$DEPS/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so
+  blas_hints+=(-DBLAS_LIBRARIES=$DEPS/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so
               -DCBLAS_INCLUDE_DIR=$DEPS/include/x86_64-linux-gnu/openblas-pthread)
 fi
 
@@ -89,9 +90,8 @@ fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   step "flashlab bench --device cuda --d 64,128 --reps $REPS $BENCH_ARGS"
   # shellcheck disable=SC2086
-  "$FLASHLAB" bench --device cuda --d 64,128 --reps "$REPS" $BENCH_ARGS --json >"$OUT/bench.json" 2>"$OUT/bench.err"
+  "$FLASHLAB" bench --device cuda --d 64,128 --reps "$REPS" $BENCH_ARGS --json >"$OUT/bench.json"
   record "bench" $?
-  cat "$OUT/bench.err"
 fi
 if [ "${SKIP_SDPA:-0}" != 1 ]; then
   step "PyTorch SDPA (float32, TF32 off) on the same shapes"
