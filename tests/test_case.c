@@ -1,8 +1,6 @@
 /* test_case.c — loading case folders: a good case (defaults and options), the expected outputs,
  * and every kind of bad input the loader must refuse with a message naming the file. Fixtures are
  * written into a fresh temporary folder with npy_write(). */
-#define _GNU_SOURCE /* mkdtemp, nftw */
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,15 +10,7 @@
 
 #include "case.h"
 #include "npy.h"
-
-static int failures;
-#define EXPECT(cond)                                                                   \
-    do {                                                                               \
-        if (!(cond)) {                                                                 \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);   \
-            failures++;                                                                \
-        }                                                                              \
-    } while (0)
+#include "test_support.h"
 
 static char tmpdir[256];
 static int case_number;
@@ -94,10 +84,8 @@ static void expect_refused(const char *dir, int want_expected, const char *phras
     int ok = rc == FL_BAD_INPUT && all_absent(&c) && strstr(err.msg, dir) &&
              strstr(err.msg, phrase1) && (!phrase2 || strstr(err.msg, phrase2));
     if (!ok) {
-        fprintf(stderr, "%s:%d: rc %d, message \"%s\", wanted \"%s\"%s%s%s\n", __FILE__, line, rc,
-                err.msg, phrase1, phrase2 ? " and \"" : "", phrase2 ? phrase2 : "",
-                phrase2 ? "\"" : "");
-        failures++;
+        test_fail(__FILE__, line, "rc %d, message \"%s\", wanted \"%s\"%s%s%s", rc, err.msg,
+                  phrase1, phrase2 ? " and \"" : "", phrase2 ? phrase2 : "", phrase2 ? "\"" : "");
     }
     if (rc == FL_OK)
         case_free(&c);
@@ -281,29 +269,15 @@ static void test_bad_case_json(void)
     }
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "%s/flashlab_test_case_XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (test_tmpdir_make(tmpdir, sizeof tmpdir, "test_case") != 0)
         return 2;
-    }
     test_good_case_defaults();
     test_good_case_options();
     test_expected_forward_only();
     test_bad_inputs();
     test_bad_case_json();
-    nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-    if (failures)
-        fprintf(stderr, "test_case: %d check(s) failed\n", failures);
-    else
-        printf("test_case: all checks passed\n");
-    return failures ? 1 : 0;
+    test_tmpdir_remove(tmpdir);
+    return test_exit_code("test_case");
 }

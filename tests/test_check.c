@@ -7,15 +7,7 @@
 #include <string.h>
 
 #include "check.h"
-
-static int failures;
-#define EXPECT(cond)                                                                   \
-    do {                                                                               \
-        if (!(cond)) {                                                                 \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);   \
-            failures++;                                                                \
-        }                                                                              \
-    } while (0)
+#include "test_support.h"
 
 /* (2, 3, 4, 5) filled with distinct values of both signs. */
 static void make_reference(Tensor *t)
@@ -215,9 +207,5 @@ int main(void)
     test_special_values();
     test_tolerance_boundary();
     test_shape_mismatch();
-    if (failures)
-        fprintf(stderr, "test_check: %d check(s) failed\n", failures);
-    else
-        printf("test_check: all checks passed\n");
-    return failures ? 1 : 0;
+    return test_exit_code("test_check");
 }

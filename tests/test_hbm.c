@@ -7,15 +7,7 @@
 #include <string.h>
 
 #include "hbm.h"
-
-static int failures;
-#define EXPECT(cond)                                                                   \
-    do {                                                                               \
-        if (!(cond)) {                                                                 \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);   \
-            failures++;                                                                \
-        }                                                                              \
-    } while (0)
+#include "test_support.h"
 
 static int aligned64(const void *p)
 {
@@ -142,9 +134,5 @@ int main(void)
     test_arena_capacity();
     test_arena_alignment();
     test_threads_sum_exactly();
-    if (failures)
-        fprintf(stderr, "test_hbm: %d check(s) failed\n", failures);
-    else
-        printf("test_hbm: all checks passed\n");
-    return failures ? 1 : 0;
+    return test_exit_code("test_hbm");
 }

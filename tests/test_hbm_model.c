@@ -11,18 +11,14 @@
 
 #include "attn.h"
 #include "hbm.h"
-#include "random.h"
+#include "test_support.h"
 
 extern const StageImpl *const stage01_naive_cpu[];
 extern const StageImpl *const stage02_chunked_cpu[];
 extern const StageImpl *const stage03_tiled_cpu[];
 
-typedef struct {
-    int B, H, Tq, Tk, d, dv;
-} Shape;
-
 /* odd T; Tq < Tk with dv != d and B > 1; Tq > Tk with d = 80; T = 1 */
-static const Shape shapes[] = {
+static const TestShape shapes[] = {
     {1, 2, 37, 37, 24, 24}, {2, 3, 50, 129, 64, 32}, {1, 1, 130, 17, 80, 80}, {1, 1, 1, 1, 16, 16},
 };
 enum { SHAPE_COUNT = sizeof shapes / sizeof shapes[0] };
@@ -42,7 +38,7 @@ static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 /* ---- docs/hbm_model.md, written out again: floats per head, then x B H x 4 bytes ---------- */
 
-static Counts model_01(const Shape *s, const Setting *c)
+static Counts model_01(const TestShape *s, const Setting *c)
 {
     (void)c;
     const uint64_t BH = (uint64_t)s->B * s->H, Tq = s->Tq, Tk = s->Tk, d = s->d, dv = s->dv;
@@ -53,7 +49,7 @@ static Counts model_01(const Shape *s, const Setting *c)
     return e;
 }
 
-static Counts model_02(const Shape *s, const Setting *c)
+static Counts model_02(const TestShape *s, const Setting *c)
 {
     const uint64_t BH = (uint64_t)s->B * s->H, Tq = s->Tq, Tk = s->Tk, d = s->d, dv = s->dv;
     const uint64_t L = c->block_c > 0 ? (uint64_t)c->block_c : 128, C = ceil_div(Tk, L);
@@ -65,13 +61,13 @@ static Counts model_02(const Shape *s, const Setting *c)
     return e;
 }
 
-static uint64_t block_c_03(const Shape *s, const Setting *c)
+static uint64_t block_c_03(const TestShape *s, const Setting *c)
 {
     const uint64_t M = c->sram_bytes ? c->sram_bytes : FLASHLAB_DEFAULT_SRAM_BYTES;
     return c->block_c > 0 ? (uint64_t)c->block_c : max_u64(1, (M / 4) / (4 * (uint64_t)(s->d + s->dv)));
 }
 
-static Counts model_03(const Shape *s, const Setting *c)
+static Counts model_03(const TestShape *s, const Setting *c)
 {
     const uint64_t BH = (uint64_t)s->B * s->H, Tq = s->Tq, Tk = s->Tk, d = s->d, dv = s->dv;
     const uint64_t C = ceil_div(Tk, block_c_03(s, c)), W = min_u64((uint64_t)c->threads, BH);
@@ -84,49 +80,13 @@ static Counts model_03(const Shape *s, const Setting *c)
 
 /* ---- running a stage ---------------------------------------------------------------------- */
 
-typedef struct {
-    AttnProblem p;
-    float *q, *k, *v, *o, *lse;
-} Problem;
-
-static int problem_make(Problem *x, const Shape *s, uint64_t seed)
-{
-    memset(x, 0, sizeof *x);
-    const size_t nq = (size_t)s->B * s->H * s->Tq, nk = (size_t)s->B * s->H * s->Tk;
-    x->q = malloc(nq * s->d * sizeof(float));
-    x->k = malloc(nk * s->d * sizeof(float));
-    x->v = malloc(nk * s->dv * sizeof(float));
-    x->o = malloc(nq * s->dv * sizeof(float));
-    x->lse = malloc(nq * sizeof(float));
-    if (!x->q || !x->k || !x->v || !x->o || !x->lse)
-        return -1;
-    Rng r;
-    rng_seed(&r, seed);
-    rng_fill_normal(&r, x->q, nq * s->d, 1.0f);
-    rng_fill_normal(&r, x->k, nk * s->d, 1.0f);
-    rng_fill_normal(&r, x->v, nk * s->dv, 1.0f);
-    AttnProblem p = {.B = s->B, .Hq = s->H, .Hkv = s->H, .Tq = s->Tq, .Tk = s->Tk, .d = s->d,
-                     .dv = s->dv, .scale = 1.0f / sqrtf((float)s->d), .q = x->q, .k = x->k, .v = x->v};
-    x->p = p;
-    return 0;
-}
-
-static void problem_free(Problem *x)
-{
-    free(x->q), free(x->k), free(x->v), free(x->o), free(x->lse);
-}
-
 /* Runs impl on x with setting c; counts and workspace into *got. Returns the stage's status. */
-static int run_stage(const StageImpl *impl, Problem *x, const Setting *c, Counts *got, FlError *err)
+static int run_stage(const StageImpl *impl, TestProblem *x, const Setting *c, Counts *got,
+                     FlError *err)
 {
     HbmCounter hbm = {0, 0};
     RunCtx ctx = {.hbm = &hbm, .sram_bytes = c->sram_bytes, .block_r = c->block_r,
                   .block_c = c->block_c, .threads = c->threads};
-    const size_t nq = (size_t)x->p.B * x->p.Hq * x->p.Tq;
-    for (size_t i = 0; i < nq * x->p.dv; i++)
-        x->o[i] = NAN; /* poisoned: an unwritten element fails */
-    for (size_t i = 0; i < nq; i++)
-        x->lse[i] = NAN;
     got->workspace = impl->workspace_bytes ? impl->workspace_bytes(&x->p, &ctx, DIR_FWD) : 0;
     ctx.workspace = got->workspace ? malloc(got->workspace) : NULL;
     if (got->workspace && !ctx.workspace)
@@ -140,45 +100,33 @@ static int run_stage(const StageImpl *impl, Problem *x, const Setting *c, Counts
     return status;
 }
 
-/* o and lse against a float64 reference, |out - ref| <= 1e-4 + 1e-4 |ref|; 0 when all agree. */
-static int compare_with_reference(const Problem *x, const char *what)
+/* o and lse against a float64 reference, |out - ref| <= 1e-4 + 1e-4 |ref|; 0 when all agree.
+ * Reports the first element that disagrees, in row order (a row's lse before its o). */
+static int compare_with_reference(const TestProblem *x, const char *what)
 {
-    const AttnProblem *p = &x->p;
-    const size_t Tq = p->Tq, Tk = p->Tk, d = p->d, dv = p->dv;
-    double *s = malloc(Tk * sizeof(double));
+    RefAttention ref;
+    if (ref_attention(&x->p, &ref) != 0)
+        return 1;
+    const size_t Tq = x->p.Tq, dv = ref.dv;
     int bad = 0;
-    for (size_t bh = 0; bh < (size_t)p->B * p->Hq && s && !bad; bh++) {
-        const float *q = p->q + bh * Tq * d, *k = p->k + bh * Tk * d, *v = p->v + bh * Tk * dv;
-        for (size_t i = 0; i < Tq && !bad; i++) {
-            double m = -INFINITY, l = 0.0;
-            for (size_t j = 0; j < Tk; j++) {
-                double dot = 0.0;
-                for (size_t c = 0; c < d; c++)
-                    dot += (double)q[i * d + c] * k[j * d + c];
-                s[j] = dot * p->scale;
-                m = fmax(m, s[j]);
-            }
-            for (size_t j = 0; j < Tk; j++)
-                l += exp(s[j] - m);
-            const double lse = m + log(l), got_lse = x->lse[bh * Tq + i];
-            if (!(fabs(got_lse - lse) <= 1e-4 + 1e-4 * fabs(lse))) {
-                fprintf(stderr, "  %s: lse[%zu, %zu] = %g, reference %g\n", what, bh, i, got_lse, lse);
+    for (size_t r = 0; r < ref.rows && !bad; r++) {
+        const size_t bh = r / Tq, i = r % Tq;
+        if (!(element_error(x->lse[r], ref.lse[r], ERR_ABS_REL) <= 1e-4)) {
+            fprintf(stderr, "  %s: lse[%zu, %zu] = %g, reference %g\n", what, bh, i, x->lse[r],
+                    ref.lse[r]);
+            bad = 1;
+        }
+        for (size_t c = 0; c < dv && !bad; c++) {
+            const double got = x->o[r * dv + c], o = ref.o[r * dv + c];
+            if (!(element_error(got, o, ERR_ABS_REL) <= 1e-4)) {
+                fprintf(stderr, "  %s: o[%zu, %zu, %zu] = %g, reference %g\n", what, bh, i, c, got,
+                        o);
                 bad = 1;
-            }
-            for (size_t c = 0; c < dv && !bad; c++) {
-                double o = 0.0;
-                for (size_t j = 0; j < Tk; j++)
-                    o += exp(s[j] - lse) * v[j * dv + c];
-                const double got = x->o[(bh * Tq + i) * dv + c];
-                if (!(fabs(got - o) <= 1e-4 + 1e-4 * fabs(o))) {
-                    fprintf(stderr, "  %s: o[%zu, %zu, %zu] = %g, reference %g\n", what, bh, i, c, got, o);
-                    bad = 1;
-                }
             }
         }
     }
-    free(s);
-    return bad || !s;
+    ref_attention_free(&ref);
+    return bad;
 }
 
 static int expect_equal(const char *what, const char *name, uint64_t got, uint64_t want)
@@ -191,19 +139,20 @@ static int expect_equal(const char *what, const char *name, uint64_t got, uint64
 }
 
 /* One (shape, setting): counters, workspace and outputs. Returns the number of failures. */
-static int check_one(const StageImpl *impl, Counts (*model)(const Shape *, const Setting *),
-                     const Shape *s, const Setting *c)
+static int check_one(const StageImpl *impl,
+                     Counts (*model)(const TestShape *, const Setting *), const TestShape *s,
+                     const Setting *c)
 {
     char what[200];
     snprintf(what, sizeof what, "stage %s B=%d H=%d Tq=%d Tk=%d d=%d dv=%d M=%zu Br=%d Bc=%d threads=%d",
              impl->stage, s->B, s->H, s->Tq, s->Tk, s->d, s->dv, c->sram_bytes, c->block_r, c->block_c,
              c->threads);
-    Problem x;
+    TestProblem x;
     FlError err = {{0}};
     Counts got;
-    if (problem_make(&x, s, 1234 + (uint64_t)s->Tq * 7 + (uint64_t)s->Tk)) {
+    if (test_problem_make(&x, s, 1234 + (uint64_t)s->Tq * 7 + (uint64_t)s->Tk)) {
         fprintf(stderr, "  %s: out of memory\n", what);
-        problem_free(&x);
+        test_problem_free(&x);
         return 1;
     }
     int failures = 0;
@@ -221,11 +170,12 @@ static int check_one(const StageImpl *impl, Counts (*model)(const Shape *, const
     printf("%-4s %s: read %llu written %llu workspace %llu\n", failures ? "FAIL" : "ok", what,
            (unsigned long long)got.read, (unsigned long long)got.written,
            (unsigned long long)got.workspace);
-    problem_free(&x);
+    test_problem_free(&x);
     return failures;
 }
 
-static int check_settings(const StageImpl *impl, Counts (*model)(const Shape *, const Setting *),
+static int check_settings(const StageImpl *impl,
+                          Counts (*model)(const TestShape *, const Setting *),
                           const Setting *settings, int count)
 {
     int failures = 0;
@@ -238,13 +188,14 @@ static int check_settings(const StageImpl *impl, Counts (*model)(const Shape *, 
 /* Traffic of stage 03 on one head, B = H = 1, d = dv = 64, with SRAM M; -1 on failure. */
 static double traffic_03(int T, size_t M)
 {
-    const Shape s = {1, 1, T, T, 64, 64};
+    const TestShape s = {1, 1, T, T, 64, 64};
     const Setting c = {M, 0, 0, 2};
-    Problem x;
+    TestProblem x;
     Counts got;
     FlError err = {{0}};
     double bytes = -1.0;
-    if (problem_make(&x, &s, 99) == 0 && run_stage(stage03_tiled_cpu[0], &x, &c, &got, &err) == FL_OK) {
+    if (test_problem_make(&x, &s, 99) == 0 &&
+        run_stage(stage03_tiled_cpu[0], &x, &c, &got, &err) == FL_OK) {
         bytes = (double)(got.read + got.written);
         for (size_t i = 0; i < (size_t)T * 64 && bytes >= 0; i++)
             if (!isfinite(x.o[i]))
@@ -255,7 +206,7 @@ static double traffic_03(int T, size_t M)
     }
     if (bytes < 0)
         fprintf(stderr, "  stage 03 T=%d M=%zu: failed or non-finite output %s\n", T, M, err.msg);
-    problem_free(&x);
+    test_problem_free(&x);
     return bytes;
 }
 
@@ -272,19 +223,19 @@ static int check_scaling_03(void)
 /* Tiles that cannot fit in M: FL_BAD_INPUT naming M, not a crash. */
 static int check_too_small_03(void)
 {
-    const Shape s = {1, 1, 100, 100, 64, 64};
+    const TestShape s = {1, 1, 100, 100, 64, 64};
     const Setting c = {4096, 64, 64, 1};
-    Problem x;
+    TestProblem x;
     Counts got;
     FlError err = {{0}};
     int ok = 0;
-    if (problem_make(&x, &s, 5) == 0) {
+    if (test_problem_make(&x, &s, 5) == 0) {
         const int status = run_stage(stage03_tiled_cpu[0], &x, &c, &got, &err);
         ok = status == FL_BAD_INPUT && strstr(err.msg, "M=4096") && strstr(err.msg, "Bc=64");
     }
     printf("%-4s stage 03 Br=Bc=64 d=64 in M=4096 bytes fails loudly: \"%s\"\n", ok ? "ok" : "FAIL",
            err.msg);
-    problem_free(&x);
+    test_problem_free(&x);
     return !ok;
 }
 

@@ -5,24 +5,18 @@
  *
  * Usage: test_hbm_model_05 cpu|cuda. The cuda mode returns 77 (skipped) without a CUDA device.
  * The expected numbers are computed here from the doc's formulas, independently of the stage. */
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "attn.h"
 #include "hbm.h"
-#include "random.h"
 #include "runner.h"
-
-typedef struct {
-    int B, H, Tq, Tk, d, dv;
-} Shape;
+#include "test_support.h"
 
 /* odd T; Tq < Tk with dv != d and B > 1; Tq > Tk with d = 80; T = 1; several query blocks with
  * d = 128 and partial last tiles; d not a multiple of 4 */
-static const Shape shapes[] = {
+static const TestShape shapes[] = {
     {1, 2, 37, 37, 24, 24}, {2, 3, 50, 129, 64, 32},   {1, 1, 130, 17, 80, 80},
     {1, 1, 1, 1, 16, 16},   {2, 2, 300, 200, 128, 128}, {1, 1, 70, 45, 37, 37},
 };
@@ -41,7 +35,7 @@ static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 /* Per head: Q read once, K and V read once per query block, O and lse written once.
  *   read    = 4 B H (Tq d + ceil(Tq / Br) Tk (d + dv))
  *   written = 4 B H Tq (dv + 1)           workspace = 0 */
-static Counts model_05(const Shape *s, uint64_t Br)
+static Counts model_05(const TestShape *s, uint64_t Br)
 {
     const uint64_t BH = (uint64_t)s->B * s->H, Tq = s->Tq, Tk = s->Tk, d = s->d, dv = s->dv;
     Counts e;
@@ -52,7 +46,7 @@ static Counts model_05(const Shape *s, uint64_t Br)
 }
 
 /* CPU: Br = max(1, min(Bc, d)) with Bc = max(1, (M / 4) / (4 (d + dv))). */
-static uint64_t block_r_cpu(const Shape *s, uint64_t M)
+static uint64_t block_r_cpu(const TestShape *s, uint64_t M)
 {
     const uint64_t Bc = max_u64(1, (M / 4) / (4 * (uint64_t)(s->d + s->dv)));
     return max_u64(1, min_u64(Bc, (uint64_t)s->d));
@@ -61,89 +55,27 @@ static uint64_t block_r_cpu(const Shape *s, uint64_t M)
 /* CUDA: every kernel configuration uses Br = 128 query rows per thread block. */
 enum { BR_CUDA = 128 };
 
-/* ---- a float64 reference for the outputs ------------------------------------------------------- */
-
-static double max_error_vs_reference(const Shape *s, const float *q, const float *k, const float *v,
-                                     const float *o, const float *lse)
-{
-    double worst = 0.0, scale = 1.0 / sqrt((double)s->d);
-    double *row = malloc(sizeof(double) * (size_t)s->Tk);
-    if (!row)
-        return INFINITY;
-    for (int bh = 0; bh < s->B * s->H; bh++)
-        for (int i = 0; i < s->Tq; i++) {
-            const float *qi = q + ((size_t)bh * s->Tq + i) * s->d;
-            double m = -INFINITY, l = 0.0;
-            for (int j = 0; j < s->Tk; j++) {
-                const float *kj = k + ((size_t)bh * s->Tk + j) * s->d;
-                double dot = 0.0;
-                for (int c = 0; c < s->d; c++)
-                    dot += (double)qi[c] * kj[c];
-                row[j] = dot * scale;
-                m = row[j] > m ? row[j] : m;
-            }
-            for (int j = 0; j < s->Tk; j++)
-                l += exp(row[j] - m);
-            const size_t r = (size_t)bh * s->Tq + i;
-            const double ref_lse = m + log(l);
-            double err = fabs(lse[r] - ref_lse) / (1.0 + fabs(ref_lse)); /* atol = rtol */
-            worst = err > worst || isnan(err) ? err : worst;
-            for (int c = 0; c < s->dv; c++) {
-                double acc = 0.0;
-                for (int j = 0; j < s->Tk; j++)
-                    acc += exp(row[j] - m) / l * v[((size_t)bh * s->Tk + j) * s->dv + c];
-                err = fabs(o[r * s->dv + c] - acc) / (1.0 + fabs(acc));
-                worst = err > worst || isnan(err) ? err : worst;
-            }
-        }
-    free(row);
-    return worst;
-}
-
-static float *random_floats(Rng *rng, size_t n)
-{
-    float *x = malloc(sizeof(float) * (n ? n : 1));
-    if (x)
-        rng_fill_normal(rng, x, n, 1.0f);
-    return x;
-}
-
 /* Runs impl on one shape (SRAM size M for the CPU, 0 otherwise) with counting on; 0 when the
  * counts, the workspace and the outputs are right. */
-static int check_shape(const StageImpl *impl, const Shape *s, size_t M, uint64_t Br)
+static int check_shape(const StageImpl *impl, const TestShape *s, size_t M, uint64_t Br)
 {
-    const size_t nq = (size_t)s->B * s->H * s->Tq * s->d, nk = (size_t)s->B * s->H * s->Tk * s->d;
-    const size_t nv = (size_t)s->B * s->H * s->Tk * s->dv, no = (size_t)s->B * s->H * s->Tq * s->dv;
-    const size_t nl = (size_t)s->B * s->H * s->Tq;
-    Rng rng;
-    rng_seed(&rng, 505u + (uint64_t)s->Tq * 7u + (uint64_t)s->Tk);
-    float *q = random_floats(&rng, nq), *k = random_floats(&rng, nk), *v = random_floats(&rng, nv);
-    float *o = malloc(sizeof(float) * no), *lse = malloc(sizeof(float) * nl);
+    TestProblem x;
     int failed = 1;
-    if (!q || !k || !v || !o || !lse) {
+    if (test_problem_make(&x, s, 505u + (uint64_t)s->Tq * 7u + (uint64_t)s->Tk) != 0) {
         fprintf(stderr, "out of memory\n");
         goto done;
     }
-    for (size_t i = 0; i < no; i++)
-        o[i] = NAN; /* poisoned: an unwritten element fails */
-    for (size_t i = 0; i < nl; i++)
-        lse[i] = NAN;
-
-    AttnProblem p;
-    memset(&p, 0, sizeof p);
-    p.B = s->B, p.Hq = s->H, p.Hkv = s->H, p.Tq = s->Tq, p.Tk = s->Tk, p.d = s->d, p.dv = s->dv;
-    p.scale = (float)(1.0 / sqrt((double)s->d));
-    p.q = q, p.k = k, p.v = v;
+    const size_t no = (size_t)s->B * s->H * s->Tq * s->dv, nl = (size_t)s->B * s->H * s->Tq;
     AttnTensors t;
     memset(&t, 0, sizeof t);
-    t.o = o, t.lse = lse;
+    t.o = x.o, t.lse = x.lse;
     RunCtx opts;
     memset(&opts, 0, sizeof opts);
     opts.sram_bytes = M;
     opts.threads = 2;
     RunStats stats;
     FlError err = {{0}};
-    const int rc = runner_run(impl, DIR_FWD, &p, &t, &opts, &stats, &err);
+    const int rc = runner_run(impl, DIR_FWD, &x.p, &t, &opts, &stats, &err);
     if (rc != 0) {
         fprintf(stderr, "stage 05 %s: runner_run failed (%d): %s\n", device_name(impl->device), rc,
                 err.msg);
@@ -153,7 +85,7 @@ static int check_shape(const StageImpl *impl, const Shape *s, size_t M, uint64_t
     const Counts got = {stats.fwd.bytes_read, stats.fwd.bytes_written, stats.extra_bytes_fwd};
     /* O and lse exactly once: the written bytes are the size of the outputs, no more */
     const uint64_t outputs = (uint64_t)(no + nl) * sizeof(float);
-    const double max_err = max_error_vs_reference(s, q, k, v, o, lse);
+    const double max_err = ref_attention_max_error(&x.p, x.o, x.lse, ERR_ABS_REL);
     failed = got.read != want.read || got.written != want.written || got.written != outputs ||
              got.workspace != 0 || !(max_err <= 1e-4);
     printf("stage 05 %-4s M=%-7zu Br=%-3llu B=%d H=%d Tq=%d Tk=%d d=%d dv=%d  read %llu (model %llu)"
@@ -164,7 +96,7 @@ static int check_shape(const StageImpl *impl, const Shape *s, size_t M, uint64_t
            (unsigned long long)outputs, (unsigned long long)got.workspace, max_err,
            failed ? "FAIL" : "ok");
 done:
-    free(q), free(k), free(v), free(o), free(lse);
+    test_problem_free(&x);
     return failed;
 }
 

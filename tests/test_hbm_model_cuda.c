@@ -5,23 +5,17 @@
  *
  * Usage: test_hbm_model_cuda 01|04. Returns 77 (skipped) without a CUDA device. The expected
  * numbers are computed here from the doc's formulas, independently of the stage code. */
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "attn.h"
-#include "random.h"
 #include "runner.h"
-
-typedef struct {
-    int B, H, Tq, Tk, d, dv;
-} Shape;
+#include "test_support.h"
 
 /* odd T; Tq < Tk with dv != d and B > 1; Tq > Tk with d = 80; T = 1; several blocks and chunks
  * with d = 128 and partial last tiles */
-static const Shape shapes[] = {
+static const TestShape shapes[] = {
     {1, 2, 37, 37, 24, 24}, {2, 3, 50, 129, 64, 32}, {1, 1, 130, 17, 80, 80},
     {1, 1, 1, 1, 16, 16},   {2, 2, 300, 200, 128, 128},
 };
@@ -37,7 +31,7 @@ static uint64_t div_up(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 /* 01 cuda: GEMM S = QK^T reads Q, K, writes S; softmax reads S twice, writes P and lse;
  * GEMM O = PV reads P, V, writes O. Workspace: S. */
-static Counts model_01_cuda(const Shape *s)
+static Counts model_01_cuda(const TestShape *s)
 {
     const uint64_t BH = (uint64_t)s->B * s->H, Tq = s->Tq, Tk = s->Tk, d = s->d, dv = s->dv;
     Counts e;
@@ -50,7 +44,7 @@ static Counts model_01_cuda(const Shape *s)
 /* 04: Br = 32, Bc = 64; nQ query blocks each read all of K and V once; each of the C chunks
  * reads Q, O, m, l and writes O, m, l; O, m, l initialised once; lse written once. Workspace: m, l. */
 enum { BR_04 = 32, BC_04 = 64 };
-static Counts model_04(const Shape *s)
+static Counts model_04(const TestShape *s)
 {
     const uint64_t BH = (uint64_t)s->B * s->H, Tq = s->Tq, Tk = s->Tk, d = s->d, dv = s->dv;
     const uint64_t nQ = div_up(Tq, BR_04), C = div_up(Tk, BC_04);
@@ -61,91 +55,30 @@ static Counts model_04(const Shape *s)
     return e;
 }
 
-/* ---- a float64 reference for the outputs ------------------------------------------------------- */
-
-static double max_error_vs_reference(const Shape *s, const float *q, const float *k, const float *v,
-                                     const float *o, const float *lse)
-{
-    double worst = 0.0, scale = 1.0 / sqrt((double)s->d);
-    double *row = malloc(sizeof(double) * (size_t)s->Tk);
-    if (!row)
-        return INFINITY;
-    for (int bh = 0; bh < s->B * s->H; bh++)
-        for (int i = 0; i < s->Tq; i++) {
-            const float *qi = q + ((size_t)bh * s->Tq + i) * s->d;
-            double m = -INFINITY, l = 0.0;
-            for (int j = 0; j < s->Tk; j++) {
-                const float *kj = k + ((size_t)bh * s->Tk + j) * s->d;
-                double dot = 0.0;
-                for (int c = 0; c < s->d; c++)
-                    dot += (double)qi[c] * kj[c];
-                row[j] = dot * scale;
-                m = row[j] > m ? row[j] : m;
-            }
-            for (int j = 0; j < s->Tk; j++)
-                l += exp(row[j] - m);
-            size_t r = (size_t)bh * s->Tq + i;
-            double err = fabs(lse[r] - (m + log(l)));
-            worst = err > worst || isnan(err) ? err : worst;
-            for (int c = 0; c < s->dv; c++) {
-                double acc = 0.0;
-                for (int j = 0; j < s->Tk; j++)
-                    acc += exp(row[j] - m) / l * v[((size_t)bh * s->Tk + j) * s->dv + c];
-                err = fabs(o[r * s->dv + c] - acc);
-                worst = err > worst || isnan(err) ? err : worst;
-            }
-        }
-    free(row);
-    return worst;
-}
-
-static float *random_floats(Rng *rng, size_t n)
-{
-    float *x = malloc(sizeof(float) * (n ? n : 1));
-    if (x)
-        rng_fill_normal(rng, x, n, 1.0f);
-    return x;
-}
-
 /* Runs impl on one shape with counting on; 0 when counts, workspace and outputs are right. */
-static int check_shape(const StageImpl *impl, const Shape *s, Counts (*model)(const Shape *))
+static int check_shape(const StageImpl *impl, const TestShape *s,
+                       Counts (*model)(const TestShape *))
 {
-    const size_t nq = (size_t)s->B * s->H * s->Tq * s->d, nk = (size_t)s->B * s->H * s->Tk * s->d;
-    const size_t nv = (size_t)s->B * s->H * s->Tk * s->dv, no = (size_t)s->B * s->H * s->Tq * s->dv;
-    const size_t nl = (size_t)s->B * s->H * s->Tq;
-    Rng rng;
-    rng_seed(&rng, 1234u + (uint64_t)s->Tq * 7u + (uint64_t)s->Tk);
-    float *q = random_floats(&rng, nq), *k = random_floats(&rng, nk), *v = random_floats(&rng, nv);
-    float *o = malloc(sizeof(float) * no), *lse = malloc(sizeof(float) * nl);
+    TestProblem x;
     int failed = 1;
-    if (!q || !k || !v || !o || !lse) {
+    if (test_problem_make(&x, s, 1234u + (uint64_t)s->Tq * 7u + (uint64_t)s->Tk) != 0) {
         fprintf(stderr, "out of memory\n");
         goto done;
     }
-    for (size_t i = 0; i < no; i++)
-        o[i] = NAN;
-    for (size_t i = 0; i < nl; i++)
-        lse[i] = NAN;
-
-    AttnProblem p;
-    memset(&p, 0, sizeof p);
-    p.B = s->B, p.Hq = s->H, p.Hkv = s->H, p.Tq = s->Tq, p.Tk = s->Tk, p.d = s->d, p.dv = s->dv;
-    p.scale = (float)(1.0 / sqrt((double)s->d));
-    p.q = q, p.k = k, p.v = v;
     AttnTensors t;
     memset(&t, 0, sizeof t);
-    t.o = o, t.lse = lse;
+    t.o = x.o, t.lse = x.lse;
     RunCtx opts;
     memset(&opts, 0, sizeof opts);
     RunStats stats;
     FlError err = {{0}};
-    int rc = runner_run(impl, DIR_FWD, &p, &t, &opts, &stats, &err);
+    int rc = runner_run(impl, DIR_FWD, &x.p, &t, &opts, &stats, &err);
     if (rc != 0) {
         fprintf(stderr, "stage %s: runner_run failed (%d): %s\n", impl->stage, rc, err.msg);
         goto done;
     }
     Counts want = model(s), got = {stats.fwd.bytes_read, stats.fwd.bytes_written, stats.extra_bytes_fwd};
-    double max_err = max_error_vs_reference(s, q, k, v, o, lse);
+    double max_err = ref_attention_max_error(&x.p, x.o, x.lse, ERR_ABS);
     failed = got.read != want.read || got.written != want.written || got.workspace != want.workspace ||
              !(max_err <= 1e-4);
     printf("stage %s cuda  B=%d H=%d Tq=%d Tk=%d d=%d dv=%d  read %llu (model %llu)  written %llu (model %llu)"
@@ -155,7 +88,7 @@ static int check_shape(const StageImpl *impl, const Shape *s, Counts (*model)(co
            (unsigned long long)got.workspace, (unsigned long long)want.workspace, max_err,
            failed ? "FAIL" : "ok");
 done:
-    free(q), free(k), free(v), free(o), free(lse);
+    test_problem_free(&x);
     return failed;
 }
 

@@ -1,9 +1,7 @@
 /* test_npy.c — the .npy reader and writer: round trips, every malformed file the reader must
  * refuse (with a message naming the file), and the atomic writer. Fixtures are written into a
  * fresh temporary folder; nothing binary is committed. */
-#define _GNU_SOURCE /* mkdtemp, nftw */
 #include <dirent.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,15 +9,7 @@
 #include <unistd.h>
 
 #include "npy.h"
-
-static int failures;
-#define EXPECT(cond)                                                                   \
-    do {                                                                               \
-        if (!(cond)) {                                                                 \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);   \
-            failures++;                                                                \
-        }                                                                              \
-    } while (0)
+#include "test_support.h"
 
 static char tmpdir[256];
 
@@ -65,9 +55,8 @@ static void expect_refused(const char *name, const char *phrase, int line)
     int rc = npy_read(fixture(name), &t, &err);
     if (rc != FL_BAD_INPUT || t.data != NULL || !strstr(err.msg, fixture(name)) ||
         !strstr(err.msg, phrase)) {
-        fprintf(stderr, "%s:%d: %s: rc %d, message \"%s\", wanted the path and \"%s\"\n", __FILE__,
-                line, name, rc, err.msg, phrase);
-        failures++;
+        test_fail(__FILE__, line, "%s: rc %d, message \"%s\", wanted the path and \"%s\"", name, rc,
+                  err.msg, phrase);
     }
 }
 
@@ -259,28 +248,14 @@ static void test_write_failures(void)
     tensor_free(&t);
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "%s/flashlab_test_npy_XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (test_tmpdir_make(tmpdir, sizeof tmpdir, "test_npy") != 0)
         return 2;
-    }
     test_round_trip();
     test_header_variants();
     test_malformed();
     test_write_failures();
-    nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-    if (failures)
-        fprintf(stderr, "test_npy: %d check(s) failed\n", failures);
-    else
-        printf("test_npy: all checks passed\n");
-    return failures ? 1 : 0;
+    test_tmpdir_remove(tmpdir);
+    return test_exit_code("test_npy");
 }

@@ -1,0 +1,188 @@
+/* test_support.c — the helpers declared in test_support.h. */
+#define _GNU_SOURCE /* mkdtemp, nftw */
+#include "test_support.h"
+
+#include <ftw.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- checks -------------------------------------------------------------------------------- */
+
+static int failures;
+
+void test_fail(const char *file, int line, const char *fmt, ...)
+{
+    va_list args;
+    va_start(args, fmt);
+    fprintf(stderr, "%s:%d: ", file, line);
+    vfprintf(stderr, fmt, args);
+    fputc('\n', stderr);
+    va_end(args);
+    failures++;
+}
+
+int test_exit_code(const char *name)
+{
+    if (failures)
+        fprintf(stderr, "%s: %d check(s) failed\n", name, failures);
+    else
+        printf("%s: all checks passed\n", name);
+    return failures ? 1 : 0;
+}
+
+/* ---- scratch folder ------------------------------------------------------------------------ */
+
+int test_tmpdir_make(char *dir, size_t len, const char *tag)
+{
+    const char *root = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(dir, len, "%s/flashlab_%s_XXXXXX", root, tag);
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return -1;
+    }
+    return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+void test_tmpdir_remove(const char *dir)
+{
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---- random attention problems ------------------------------------------------------------- */
+
+float *test_random_floats(Rng *rng, size_t n)
+{
+    float *x = malloc(sizeof(float) * (n ? n : 1));
+    if (x)
+        rng_fill_normal(rng, x, n, 1.0f);
+    return x;
+}
+
+static float *nan_floats(size_t n)
+{
+    float *x = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; x && i < n; i++)
+        x[i] = NAN;
+    return x;
+}
+
+int test_problem_make(TestProblem *x, const TestShape *s, uint64_t seed)
+{
+    memset(x, 0, sizeof *x);
+    const size_t rows_q = (size_t)s->B * s->H * s->Tq, rows_k = (size_t)s->B * s->H * s->Tk;
+    Rng rng;
+    rng_seed(&rng, seed);
+    x->q = test_random_floats(&rng, rows_q * s->d);
+    x->k = test_random_floats(&rng, rows_k * s->d);
+    x->v = test_random_floats(&rng, rows_k * s->dv);
+    x->o = nan_floats(rows_q * s->dv);
+    x->lse = nan_floats(rows_q);
+    if (!x->q || !x->k || !x->v || !x->o || !x->lse)
+        return -1;
+    AttnProblem p = {.B = s->B, .Hq = s->H, .Hkv = s->H, .Tq = s->Tq, .Tk = s->Tk, .d = s->d,
+                     .dv = s->dv, .scale = (float)(1.0 / sqrt((double)s->d)),
+                     .q = x->q, .k = x->k, .v = x->v};
+    x->p = p;
+    return 0;
+}
+
+void test_problem_free(TestProblem *x)
+{
+    free(x->q), free(x->k), free(x->v), free(x->o), free(x->lse);
+    memset(x, 0, sizeof *x);
+}
+
+/* ---- float64 reference ----------------------------------------------------------------------- */
+
+/* One query row: s = q_i K^T * scale (Tk), lse = m + log(l), o_i = softmax(s) V (dv). */
+static void reference_row(const AttnProblem *p, const float *qi, const float *k, const float *v,
+                          double *s, double *o, double *lse)
+{
+    double m = -INFINITY, l = 0.0;
+    for (int j = 0; j < p->Tk; j++) {
+        double dot = 0.0;
+        for (int c = 0; c < p->d; c++)
+            dot += (double)qi[c] * k[(size_t)j * p->d + c];
+        s[j] = dot * p->scale;
+        m = s[j] > m ? s[j] : m;
+    }
+    for (int j = 0; j < p->Tk; j++)
+        l += exp(s[j] - m);
+    *lse = m + log(l);
+    for (int c = 0; c < p->dv; c++) {
+        double acc = 0.0;
+        for (int j = 0; j < p->Tk; j++)
+            acc += exp(s[j] - m) / l * v[(size_t)j * p->dv + c];
+        o[c] = acc;
+    }
+}
+
+int ref_attention(const AttnProblem *p, RefAttention *ref)
+{
+    memset(ref, 0, sizeof *ref);
+    const int plain = p->Hq == p->Hkv && !p->causal && p->window == 0 && p->sink_tokens == 0 &&
+                      p->sinks == NULL;
+    if (!plain)
+        return -1;
+    const size_t heads = (size_t)p->B * p->Hq, Tq = p->Tq, Tk = p->Tk, d = p->d, dv = p->dv;
+    ref->rows = heads * Tq;
+    ref->dv = dv;
+    ref->o = malloc(sizeof(double) * ref->rows * dv);
+    ref->lse = malloc(sizeof(double) * ref->rows);
+    double *s = malloc(sizeof(double) * Tk);
+    if (!ref->o || !ref->lse || !s) {
+        free(s);
+        ref_attention_free(ref);
+        return -1;
+    }
+    for (size_t bh = 0; bh < heads; bh++)
+        for (size_t i = 0; i < Tq; i++) {
+            const size_t r = bh * Tq + i;
+            reference_row(p, p->q + r * d, p->k + bh * Tk * d, p->v + bh * Tk * dv, s,
+                          ref->o + r * dv, ref->lse + r);
+        }
+    free(s);
+    return 0;
+}
+
+void ref_attention_free(RefAttention *ref)
+{
+    free(ref->o), free(ref->lse);
+    memset(ref, 0, sizeof *ref);
+}
+
+double element_error(double got, double want, ErrorMeasure m)
+{
+    const double err = fabs(got - want);
+    return m == ERR_ABS_REL ? err / (1.0 + fabs(want)) : err;
+}
+
+/* worst so far and one more error: NaN once seen stays */
+static double worse(double worst, double err)
+{
+    return err > worst || isnan(err) ? err : worst;
+}
+
+double ref_attention_max_error(const AttnProblem *p, const float *o, const float *lse,
+                               ErrorMeasure m)
+{
+    RefAttention ref;
+    if (ref_attention(p, &ref) != 0)
+        return INFINITY;
+    double worst = 0.0;
+    for (size_t r = 0; r < ref.rows; r++)
+        worst = worse(worst, element_error(lse[r], ref.lse[r], m));
+    for (size_t i = 0; i < ref.rows * ref.dv; i++)
+        worst = worse(worst, element_error(o[i], ref.o[i], m));
+    ref_attention_free(&ref);
+    return worst;
+}

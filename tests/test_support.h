@@ -1,0 +1,88 @@
+/* test_support.h — what the unit and HBM-model tests share: a check macro with one failure
+ * counter, a scratch folder, random attention problems, and a float64 attention reference.
+ * Linked into every test executable by add_unit_test() in tests/CMakeLists.txt. */
+#ifndef FLASHLAB_TEST_SUPPORT_H
+#define FLASHLAB_TEST_SUPPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attn.h"
+#include "random.h"
+
+/* ---- checks -------------------------------------------------------------------------------- */
+
+/* Counts one failed check and prints "file:line: <message>" to stderr. */
+void test_fail(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* EXPECT(cond): when cond is false, prints it with file:line and counts a failure; the test goes
+ * on. */
+#define EXPECT(cond)                                                                   \
+    do {                                                                               \
+        if (!(cond))                                                                   \
+            test_fail(__FILE__, __LINE__, "check failed: %s", #cond);                  \
+    } while (0)
+
+/* Prints "<name>: all checks passed" (stdout) or "<name>: N check(s) failed" (stderr); returns
+ * the process exit code, 0 or 1. */
+int test_exit_code(const char *name);
+
+/* ---- scratch folder ------------------------------------------------------------------------ */
+
+/* Creates $TMPDIR/flashlab_<tag>_XXXXXX (/tmp without TMPDIR) into dir; 0, or -1 after perror. */
+int test_tmpdir_make(char *dir, size_t len, const char *tag);
+
+/* Removes dir and everything below it. */
+void test_tmpdir_remove(const char *dir);
+
+/* ---- random attention problems ------------------------------------------------------------- */
+
+/* n floats ~ N(0, 1) from rng (malloc'd; NULL when out of memory). */
+float *test_random_floats(Rng *rng, size_t n);
+
+/* One attention shape with Hq = Hkv = H. */
+typedef struct {
+    int B, H, Tq, Tk, d, dv;
+} TestShape;
+
+/* A plain forward problem (no mask, scale 1/sqrt(d)) and its buffers:
+ * q (B, H, Tq, d), k (B, H, Tk, d), v (B, H, Tk, dv) ~ N(0, 1), filled in that order from one
+ * generator seeded with seed; o (B, H, Tq, dv) and lse (B, H, Tq) poisoned with NaN, so an element
+ * a stage leaves unwritten fails. */
+typedef struct {
+    AttnProblem p;
+    float *q, *k, *v, *o, *lse;
+} TestProblem;
+
+/* 0, or -1 when out of memory (call test_problem_free either way). */
+int test_problem_make(TestProblem *x, const TestShape *s, uint64_t seed);
+void test_problem_free(TestProblem *x);
+
+/* ---- float64 reference ----------------------------------------------------------------------- */
+
+/* Plain attention in double: o (B, H, Tq, dv), lse (B, H, Tq), rows = B H Tq. */
+typedef struct {
+    double *o, *lse;
+    size_t rows, dv;
+} RefAttention;
+
+/* Computes the reference of p with p->scale. Only the plain case: no causal mask, window or sinks,
+ * Hq == Hkv. 0, or -1 for another problem or when out of memory (ref is then empty). */
+int ref_attention(const AttnProblem *p, RefAttention *ref);
+void ref_attention_free(RefAttention *ref);
+
+/* How an output element is compared with its reference value. */
+typedef enum {
+    ERR_ABS,     /* |got - want| */
+    ERR_ABS_REL, /* |got - want| / (1 + |want|): err <= tol means atol = rtol = tol */
+} ErrorMeasure;
+
+double element_error(double got, double want, ErrorMeasure m);
+
+/* The largest element_error of the outputs o and lse of p against ref_attention(p); NaN when
+ * any is NaN, INFINITY when the reference cannot be computed. */
+double ref_attention_max_error(const AttnProblem *p, const float *o, const float *lse,
+                               ErrorMeasure m);
+
+#endif
