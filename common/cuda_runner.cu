@@ -147,12 +147,7 @@ static int alloc_workspace(const StageImpl *impl, Direction dir, DeviceRun *r, c
 
 static RunCtx device_ctx(const RunCtx *opts)
 {
-    RunCtx ctx;
-    memset(&ctx, 0, sizeof ctx);
-    if (opts)
-        ctx = *opts;
-    if (ctx.threads < 1)
-        ctx.threads = 1;
+    RunCtx ctx = runner_ctx_defaults(opts);
     ctx.hbm = NULL;     /* CUDA stages count into hbm_dev, never into host memory */
     ctx.hbm_dev = NULL;
     ctx.workspace = NULL;

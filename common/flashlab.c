@@ -22,7 +22,6 @@
 #include "error.h"
 #include "hbm.h"
 #include "npy.h"
-#include "parallel.h"
 #include "random.h"
 #include "runner.h"
 #include "tensor.h"
@@ -347,15 +346,7 @@ static int resolve_impl(const Options *o, const char *stage, const StageImpl **i
     return FL_BAD_INPUT;
 }
 
-static RunCtx run_ctx(const Options *o)
-{
-    RunCtx ctx = o->ctx;
-    if (ctx.sram_bytes == 0)
-        ctx.sram_bytes = FLASHLAB_DEFAULT_SRAM_BYTES;
-    if (ctx.threads < 1)
-        ctx.threads = default_thread_count();
-    return ctx;
-}
+static RunCtx run_ctx(const Options *o) { return runner_ctx_defaults(&o->ctx); }
 
 /* ---- outputs ---- */
 
@@ -404,11 +395,6 @@ static AttnProblem problem_for(const Case *c, Direction dir)
     if (dir == DIR_FWD)
         p.dout = NULL;
     return p;
-}
-
-static unsigned missing_features(const StageImpl *impl, const AttnProblem *p)
-{
-    return attn_required_features(p) & ~impl->features;
 }
 
 /* Compares every output of the run with the case's expected files. Fills *max_err; returns the
@@ -564,7 +550,7 @@ static void check_one_case(const Options *o, const StageImpl *impl, Case *c, int
     }
     Direction dir = case_direction(o, impl, c);
     AttnProblem p = problem_for(c, dir);
-    if (missing_features(impl, &p) && !explicit) {
+    if (runner_missing_features(impl, dir, &p) && !explicit) {
         if (o->verbose)
             printf("%s: skipped (needs features stage %s lacks)\n", c->name, impl->stage);
         tally->skipped++;
@@ -795,7 +781,7 @@ static int tour_row(const Options *o, const StageImpl *impl, const Case *c)
     }
     Direction dir = case_direction(o, impl, c);
     AttnProblem p = problem_for(c, dir);
-    unsigned missing = missing_features(impl, &p);
+    unsigned missing = runner_missing_features(impl, dir, &p);
     if (missing) {
         unsigned first = missing & (~missing + 1);
         printf("n/a: case needs %s (stage %s)  %s\n", attn_feature_name(first), attn_feature_added_by(first),

@@ -13,19 +13,18 @@
 #include "tensor.h"
 #include "timer.h"
 
-/* Features the problem needs for this direction: a forward run ignores dout. */
-static unsigned features_needed(const AttnProblem *p, Direction dir)
+unsigned runner_missing_features(const StageImpl *impl, Direction dir, const AttnProblem *p)
 {
     unsigned need = attn_required_features(p);
     if (dir == DIR_FWD)
         need &= ~(unsigned)FEAT_BACKWARD;
-    return need;
+    return need & ~impl->features;
 }
 
 /* FL_OK, or FL_UNSUPPORTED with "stage 01 (naive) does not support causal; stage 07 adds it". */
 static int check_features(const StageImpl *impl, Direction dir, const AttnProblem *p, FlError *err)
 {
-    unsigned missing = features_needed(p, dir) & ~impl->features;
+    unsigned missing = runner_missing_features(impl, dir, p);
     if (!missing)
         return FL_OK;
     char list[512] = "";
@@ -51,8 +50,7 @@ static size_t workspace_size(const StageImpl *impl, const AttnProblem *p, const 
     return impl->workspace_bytes ? impl->workspace_bytes(p, ctx, dir) : 0;
 }
 
-/* Defaults for fields the caller left at zero. */
-static RunCtx ctx_with_defaults(const RunCtx *opts)
+RunCtx runner_ctx_defaults(const RunCtx *opts)
 {
     RunCtx ctx = {0};
     if (opts)
@@ -61,6 +59,13 @@ static RunCtx ctx_with_defaults(const RunCtx *opts)
         ctx.sram_bytes = FLASHLAB_DEFAULT_SRAM_BYTES;
     if (ctx.threads < 1)
         ctx.threads = default_thread_count();
+    return ctx;
+}
+
+/* The caller's settings with defaults; counters and workspace are the runner's to set. */
+static RunCtx ctx_with_defaults(const RunCtx *opts)
+{
+    RunCtx ctx = runner_ctx_defaults(opts);
     ctx.hbm = NULL;
     ctx.hbm_dev = NULL;
     ctx.workspace = NULL;

@@ -18,6 +18,13 @@ typedef struct {
     size_t extra_bytes_fwd, extra_bytes_bwd; /* workspace_bytes of each pass */
 } RunStats;
 
+/* Features p asks for in direction dir (a forward run ignores dout) that impl lacks; 0 = it can run. */
+unsigned runner_missing_features(const StageImpl *impl, Direction dir, const AttnProblem *p);
+
+/* opts (may be NULL) with unset fields defaulted: sram_bytes = FLASHLAB_DEFAULT_SRAM_BYTES,
+ * threads = default_thread_count(). The counters and workspace are left as they are. */
+RunCtx runner_ctx_defaults(const RunCtx *opts);
+
 /* Runs the forward pass, and the backward pass when p->dout is non-NULL and dir == DIR_BWD.
  * Returns FL_OK, FL_UNSUPPORTED (message names the stage that adds the missing feature),
  * FL_NO_DEVICE, or the stage's error. ctx->hbm / hbm_dev are managed by the runner. */
