@@ -10,10 +10,10 @@
  * HBM counting (when ctx->hbm_dev is set): the two GEMMs are counted from the host as the bytes
  * of the operands they read and the result they write (one pass each, the ideal a GEMM can reach);
  * the softmax kernel counts its own global accesses per row block. See README.md, "CUDA variant". */
-#include <cublas_v2.h>
 #include <math.h>
 
 #include "attn.h"
+#include "cuda_blas.h"
 #include "cuda_util.h"
 
 enum { SOFTMAX_THREADS = 256 };
@@ -72,31 +72,6 @@ static __global__ void softmax_rows_kernel(float *S, float *lse, int Tk,
     }
 }
 
-/* ---- the cuBLAS handle ------------------------------------------------------------------------ */
-
-/* One handle for the process, created on first use (the runner's warm-up runs, never a timed
- * one) and reused; the driver releases it at exit. */
-static int cublas_handle(cublasHandle_t *out, FlError *err)
-{
-    static cublasHandle_t handle;
-    static int created;
-    if (!created) {
-        if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS)
-            return fl_fail(err, FL_BAD_INPUT, "CUDA error in cublasCreate (stage 01 naive): could not create a cuBLAS handle");
-        cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH); /* plain fp32, no TF32 */
-        created = 1;
-    }
-    *out = handle;
-    return FL_OK;
-}
-
-static int cublas_status(cublasStatus_t status, const char *what, FlError *err)
-{
-    if (status == CUBLAS_STATUS_SUCCESS)
-        return FL_OK;
-    return fl_fail(err, FL_BAD_INPUT, "CUDA error in %s: cuBLAS status %d", what, (int)status);
-}
-
 /* ---- the forward pass -------------------------------------------------------------------------- */
 
 static size_t naive_workspace_bytes(const AttnProblem *p, const RunCtx *ctx, Direction dir)
@@ -114,7 +89,7 @@ static int naive_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlEr
     if (p->Hq != p->Hkv)
         return fl_fail(err, FL_UNSUPPORTED, "stage 01 (naive, cuda) needs Hq == Hkv; stage 08 adds GQA");
     cublasHandle_t handle;
-    int rc = cublas_handle(&handle, err);
+    int rc = fl_cublas_handle(&handle, err);
     if (rc != FL_OK)
         return rc;
     const int batch = p->B * p->Hq;
@@ -123,7 +98,7 @@ static int naive_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlEr
     const float zero = 0.0f, one = 1.0f, scale = p->scale;
 
     // S = scale * Q K^T   (Tq, Tk) per head
-    rc = cublas_status(cublasSgemmStridedBatched(handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)Tk, (int)Tq, (int)d,
+    rc = fl_cublas_status(cublasSgemmStridedBatched(handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)Tk, (int)Tq, (int)d,
                                                  &scale, p->k, (int)d, Tk * d, p->q, (int)d, Tq * d,
                                                  &zero, S, (int)Tk, Tq * Tk, batch),
                        "cublasSgemmStridedBatched (S = Q K^T)", err);
@@ -140,7 +115,7 @@ static int naive_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlEr
         return rc;
 
     // O = P V   (Tq, dv) per head
-    rc = cublas_status(cublasSgemmStridedBatched(handle, CUBLAS_OP_N, CUBLAS_OP_N, (int)dv, (int)Tq, (int)Tk,
+    rc = fl_cublas_status(cublasSgemmStridedBatched(handle, CUBLAS_OP_N, CUBLAS_OP_N, (int)dv, (int)Tq, (int)Tk,
                                                  &one, p->v, (int)dv, Tk * dv, S, (int)Tk, Tq * Tk,
                                                  &zero, t->o, (int)dv, Tq * dv, batch),
                        "cublasSgemmStridedBatched (O = P V)", err);

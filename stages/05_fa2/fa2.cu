@@ -20,12 +20,15 @@
  * Shared memory (floats, rows padded so that the warp's float4 reads hit distinct banks):
  *   Qs (Br, D+4)   Ks (Bc, D+4)   Vs (Bc, D)   Ps (Br, Bc+CG)
  * The head dims d and dv are zero-padded to D = 32, 64, 96 or 128 (one instantiation each).
- * Tiles arrive with cp.async: K_{j+1} streams in while P_j V_j runs, V_{j+1} while S_{j+1} runs. */
+ * Tiles arrive with cp.async: K_{j+1} streams in while P_j V_j runs, V_{j+1} while S_{j+1} runs.
+ * The tile machinery (cp.async, load_tile, the products mma_abt / mma_ab, row reductions) is
+ * common/cuda_tiles.cuh. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
 
 #include "attn.h"
+#include "cuda_tiles.cuh"
 #include "cuda_util.h"
 #include "error.h"
 
@@ -33,50 +36,6 @@ namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-
-// ---- cp.async: global -> shared without passing through registers ------------------------------
-// src_bytes < size zero-fills the rest, which is how rows past T and columns past d become 0.
-__device__ __forceinline__ void cp_async16(float *smem, const float *gmem, int src_bytes)
-{
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
-                 "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async4(float *smem, const float *gmem, int src_bytes)
-{
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem),
-                 "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-// Tile (ROWS, COLS) of a row-major HBM matrix with `cols` columns, of which `rows` rows exist,
-// into shared memory with row stride STRIDE; missing rows/columns become 0. `vec`: 16-byte
-// copies (cols % 4 == 0 and 16-byte aligned base), else 4-byte copies.
-template <int ROWS, int COLS, int STRIDE, int NT>
-__device__ __forceinline__ void load_tile(float *sm, const float *g, int rows, int cols, bool vec,
-                                          int tid)
-{
-    if (vec) {
-        constexpr int CH = COLS / 4;
-#pragma unroll
-        for (int idx = tid; idx < ROWS * CH; idx += NT) {
-            const int r = idx / CH, c = (idx % CH) * 4;
-            const bool ok = r < rows && c < cols;
-            cp_async16(sm + r * STRIDE + c, ok ? g + (size_t)r * cols + c : g, ok ? 16 : 0);
-        }
-    } else {
-        for (int idx = tid; idx < ROWS * COLS; idx += NT) {
-            const int r = idx / COLS, c = idx % COLS;
-            const bool ok = r < rows && c < cols;
-            cp_async4(sm + r * STRIDE + c, ok ? g + (size_t)r * cols + c : g, ok ? 4 : 0);
-        }
-    }
-}
 
 struct Fa2Args {
     const float *q, *k, *v;
@@ -131,13 +90,11 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
 
     float m[TM], l[TM];   // running max (base 2) and this thread's partial row sums
     float4 o[TM][OQ];     // Õ: unnormalised output rows
+    zero(o);
 #pragma unroll
     for (int i = 0; i < TM; i++) {
         m[i] = -INFINITY;
         l[i] = 0.0f;
-#pragma unroll
-        for (int qq = 0; qq < OQ; qq++)
-            o[i][qq] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
 
     for (int t = 0; t < n_tiles; t++) {
@@ -148,32 +105,10 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
             hbm_dev_add(a.hbm, HBM_READ,
                         (unsigned long long)rows_kv * (a.d + a.dv) * sizeof(float));
 
-        // S = Q_i K_j^T   (Br, Bc): this thread's TM x TN micro-tile, 4 k at a time
+        // S = Q_i K_j^T   (Br, Bc): this thread's TM x TN micro-tile
         float s[TM][TN];
-#pragma unroll
-        for (int i = 0; i < TM; i++)
-#pragma unroll
-            for (int j = 0; j < TN; j++)
-                s[i][j] = 0.0f;
-#pragma unroll 2
-        for (int kk = 0; kk < D; kk += 4) {
-            float4 qa[TM], kb[TN];
-#pragma unroll
-            for (int i = 0; i < TM; i++)
-                qa[i] = *reinterpret_cast<const float4 *>(&Qs[(rg + RG * i) * T::QS + kk]);
-#pragma unroll
-            for (int j = 0; j < TN; j++)
-                kb[j] = *reinterpret_cast<const float4 *>(&Ks[(cg + CG * j) * T::KS + kk]);
-#pragma unroll
-            for (int i = 0; i < TM; i++)
-#pragma unroll
-                for (int j = 0; j < TN; j++) {
-                    s[i][j] = fmaf(qa[i].x, kb[j].x, s[i][j]);
-                    s[i][j] = fmaf(qa[i].y, kb[j].y, s[i][j]);
-                    s[i][j] = fmaf(qa[i].z, kb[j].z, s[i][j]);
-                    s[i][j] = fmaf(qa[i].w, kb[j].w, s[i][j]);
-                }
-        }
+        zero(s);
+        mma_abt<TM, TN, RG, CG, D, T::QS, T::KS>(s, Qs, Ks, rg, cg);
 
         // Online softmax in registers (base 2): m_new = max(m, rowmax S), P = exp2(S - m_new),
         // l = exp2(m - m_new) l + rowsum P, Õ = exp2(m - m_new) Õ. Columns past Tk get -inf.
@@ -186,9 +121,7 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
                 s[i][j] = x;
                 mx = fmaxf(mx, x);
             }
-#pragma unroll
-            for (int off = CG / 2; off > 0; off >>= 1)
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            mx = row_max<CG>(mx);
             const float m_new = fmaxf(m[i], mx); // finite: every tile has >= 1 real column
             const float alpha = exp2f(m[i] - m_new);
             float rowsum = 0.0f;
@@ -201,12 +134,9 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
             l[i] = l[i] * alpha + rowsum;
             m[i] = m_new;
 #pragma unroll
-            for (int qq = 0; qq < OQ; qq++) {
-                o[i][qq].x *= alpha;
-                o[i][qq].y *= alpha;
-                o[i][qq].z *= alpha;
-                o[i][qq].w *= alpha;
-            }
+            for (int qq = 0; qq < OQ; qq++)
+                o[i][qq] = make_float4(o[i][qq].x * alpha, o[i][qq].y * alpha, o[i][qq].z * alpha,
+                                       o[i][qq].w * alpha);
 #pragma unroll
             for (int j = 0; j < TN; j++)
                 Ps[(rg + RG * i) * T::PS + cg + CG * j] = s[i][j];
@@ -219,33 +149,8 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
                                         a.d, a.vec_qk, tid);
         cp_async_commit();
 
-        // Õ += P_ij V_j   (Br, D): 4 columns of P at a time, float4 rows of V
-#pragma unroll 2
-        for (int c = 0; c < BC; c += 4) {
-            float4 p4[TM];
-#pragma unroll
-            for (int i = 0; i < TM; i++)
-                p4[i] = *reinterpret_cast<const float4 *>(&Ps[(rg + RG * i) * T::PS + c]);
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                float4 vb[OQ];
-#pragma unroll
-                for (int qq = 0; qq < OQ; qq++)
-                    vb[qq] = *reinterpret_cast<const float4 *>(
-                        &Vs[(c + u) * T::VS + 4 * (CG * qq + cg)]);
-#pragma unroll
-                for (int i = 0; i < TM; i++) {
-                    const float pu = u == 0 ? p4[i].x : u == 1 ? p4[i].y : u == 2 ? p4[i].z : p4[i].w;
-#pragma unroll
-                    for (int qq = 0; qq < OQ; qq++) {
-                        o[i][qq].x = fmaf(pu, vb[qq].x, o[i][qq].x);
-                        o[i][qq].y = fmaf(pu, vb[qq].y, o[i][qq].y);
-                        o[i][qq].z = fmaf(pu, vb[qq].z, o[i][qq].z);
-                        o[i][qq].w = fmaf(pu, vb[qq].w, o[i][qq].w);
-                    }
-                }
-            }
-        }
+        // Õ += P_ij V_j   (Br, D)
+        mma_ab<TM, OQ, RG, CG, BC, T::PS, T::VS>(o, Ps, Vs, rg, cg);
         __syncthreads(); // Vs and Ps free
 
         if (t + 1 < n_tiles)
@@ -257,28 +162,12 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
     // One rescale: O = Õ / l, lse = (m + log2 l) ln 2, written once.
 #pragma unroll
     for (int i = 0; i < TM; i++) {
-#pragma unroll
-        for (int off = CG / 2; off > 0; off >>= 1)
-            l[i] += __shfl_xor_sync(0xffffffffu, l[i], off);
+        l[i] = row_sum<CG>(l[i]);
         const int row = rg + RG * i;
         if (row >= rows_q)
             continue;
-        const float inv_l = 1.0f / l[i];
-        float *orow = a.o + ((size_t)bh * a.Tq + q0 + row) * a.dv;
-#pragma unroll
-        for (int qq = 0; qq < OQ; qq++) {
-            const int c = 4 * (CG * qq + cg);
-            const float4 r = make_float4(o[i][qq].x * inv_l, o[i][qq].y * inv_l,
-                                         o[i][qq].z * inv_l, o[i][qq].w * inv_l);
-            if (a.vec_o && c + 4 <= a.dv) {
-                *reinterpret_cast<float4 *>(orow + c) = r;
-            } else {
-                if (c + 0 < a.dv) orow[c + 0] = r.x;
-                if (c + 1 < a.dv) orow[c + 1] = r.y;
-                if (c + 2 < a.dv) orow[c + 2] = r.z;
-                if (c + 3 < a.dv) orow[c + 3] = r.w;
-            }
-        }
+        store_row<OQ, CG>(a.o + ((size_t)bh * a.Tq + q0 + row) * a.dv, o[i], 1.0f / l[i], a.dv,
+                          a.vec_o, cg);
         if (cg == 0)
             a.lse[(size_t)bh * a.Tq + q0 + row] = (m[i] + log2f(l[i])) * kLn2;
     }
@@ -344,10 +233,10 @@ static int fa2_forward_cuda(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, F
 {
     if (p->d <= 0 || p->dv <= 0 || p->d > 128 || p->dv > 128)
         return fl_fail(err, FL_BAD_INPUT,
-                       "stages/05_fa2/fa2.cu: head dims d = %d, dv = %d; this kernel supports 1..128",
+                       "FA2 kernel: head dims d = %d, dv = %d; this kernel supports 1..128",
                        p->d, p->dv);
     if (p->Hkv <= 0 || p->Hq % p->Hkv != 0)
-        return fl_fail(err, FL_BAD_INPUT, "stages/05_fa2/fa2.cu: Hq = %d is not a multiple of Hkv = %d",
+        return fl_fail(err, FL_BAD_INPUT, "FA2 kernel: Hq = %d is not a multiple of Hkv = %d",
                        p->Hq, p->Hkv);
     if (p->Tq <= 0 || p->Tk <= 0 || p->B <= 0 || p->Hq <= 0)
         return FL_OK; // nothing to compute
