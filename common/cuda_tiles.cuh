@@ -130,7 +130,7 @@ template <int TM, int OQ, int RG, int CG, int K, int LDA, int LDB>
 __device__ __forceinline__ void mma_ab(float4 (&acc)[TM][OQ], const float *A, const float *B,
                                        int rg, int cg)
 {
-#pragma unroll 2
+#pragma unroll 4 // 4 beat 2 by 4% in the stage 06 backward (H100); the forward is unchanged
     for (int kk = 0; kk < K; kk += 4) {
         float4 a[TM];
 #pragma unroll

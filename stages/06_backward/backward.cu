@@ -223,23 +223,28 @@ struct BwdArgs {
     unsigned long long *hbm;
 };
 
-// Thread layouts of the backward kernels: NT threads, tiles of Br query rows and Bc keys.
-//   scores (Br, Bc):  S, P, dP, dS: SRG x SCG threads, an STM x STN micro-tile each (A B^T)
-//   outputs (rows, D): dV_j, dK_j (Bc rows) and dQ_i (Br rows): ORG x OCG threads, rows
-//                      org + ORG*i, OQ float4 columns each (A B)
+// Thread layouts of the backward kernels: NT = 256 threads, tiles of Br query rows and Bc keys.
+// The block works as two halves of 128 threads, each on its own product, so that every thread
+// owns a large micro-tile (few shared-memory reads per FMA) without holding both dK_j and dV_j:
+//   half 0: S = Q_i K_j^T -> P,  then dV_j += P^T dO_i          (holds dV_j)
+//   half 1: dP = dO_i V_j^T,     then dS, then dK_j += dS^T Q_i  (holds dK_j)
+//   scores (Br, Bc) in a half:  SRG x SCG threads, an STM x STN micro-tile each (A B^T)
+//   dV_j / dK_j (Bc, D) in a half: ORG x OCG threads, KTM rows x OQ float4 columns each (A B)
+//   dQ_i (Br, D) over the whole block: QRG x QCG threads, QTM rows x QQ float4 columns each
 // Shared memory (floats; +4 pads keep a warp's float4 reads on distinct banks):
 //   Qs, dOs (Br, D+4)   Ks, Vs (Bc, D+4)   PTs, dSTs (Bc, Br+4) = P^T, dS^T   dSs (Br, Bc+4)   Ls, Ds (Br)
 template <int D, int BR, int BC> struct BwdTile {
-    static constexpr int NT = 256;
-    static constexpr int SCG = 16, SRG = NT / SCG, STM = BR / SRG, STN = BC / SCG;
-    static constexpr int OCG = (D / 4) % 16 == 0 ? 16 : 8, ORG = NT / OCG, OQ = D / (4 * OCG);
-    static constexpr int KTM = BC / ORG, QTM = BR / ORG;
+    static constexpr int NT = 256, HALF = NT / 2;
+    static constexpr int SCG = 8, SRG = HALF / SCG, STM = BR / SRG, STN = BC / SCG;
+    static constexpr int OCG = 8, ORG = HALF / OCG, KTM = BC / ORG, OQ = D / (4 * OCG);
+    static constexpr int QCG = (D / 4) % 16 == 0 ? 16 : 8, QRG = NT / QCG, QTM = BR / QRG,
+                         QQ = D / (4 * QCG);
     static constexpr int QS = D + 4, PTS = BR + 4, DSS = BC + 4;
     static constexpr int SMEM_FLOATS = 2 * BR * QS + 2 * BC * QS + 2 * BC * PTS + BR * DSS + 2 * BR;
     static constexpr size_t SMEM_BYTES = SMEM_FLOATS * sizeof(float);
-    static_assert(STM * SRG == BR && STN * SCG == BC && KTM * ORG == BC && QTM * ORG == BR,
+    static_assert(STM * SRG == BR && STN * SCG == BC && KTM * ORG == BC && QTM * QRG == BR,
                   "tiles must split evenly over the threads");
-    static_assert(OQ * 4 * OCG == D, "float4 chunks must tile D");
+    static_assert(OQ * 4 * OCG == D && QQ * 4 * QCG == D, "float4 chunks must tile D");
 };
 
 // The shared-memory tiles of one backward block, carved from the dynamic allocation.
@@ -279,7 +284,7 @@ __global__ void bwd_d_kernel(const float *dout, const float *o, float *D, long l
     }
 }
 
-// Q_i, dO_i, lse_i and D_i of query tile q0 (rows_q rows) into shared memory, one commit group.
+// Q_i, dO_i, lse_i and D_i of one query tile (rows_q rows from row0) into shared memory.
 template <int D, int BR, int BC>
 __device__ __forceinline__ void load_query_tile(const BwdSmem<D, BR, BC> &sm, const BwdArgs &a,
                                                 size_t row0, int rows_q, int tid)
@@ -294,7 +299,7 @@ __device__ __forceinline__ void load_query_tile(const BwdSmem<D, BR, BC> &sm, co
         hbm_dev_add(a.hbm, HBM_READ, (unsigned long long)rows_q * (a.d + a.dv + 2) * sizeof(float));
 }
 
-// K_j, V_j of key tile kv0 (rows_kv rows) into shared memory, one commit group.
+// K_j, V_j of one key tile (rows_kv rows from row0) into shared memory.
 template <int D, int BR, int BC>
 __device__ __forceinline__ void load_key_tile(const BwdSmem<D, BR, BC> &sm, const BwdArgs &a,
                                               size_t row0, int rows_kv, int tid)
@@ -307,81 +312,99 @@ __device__ __forceinline__ void load_key_tile(const BwdSmem<D, BR, BC> &sm, cons
         hbm_dev_add(a.hbm, HBM_READ, (unsigned long long)rows_kv * (a.d + a.dv) * sizeof(float));
 }
 
-// This thread's micro-tile of P_ij and dS_ij (rows r = srg + SRG i, keys c = scg + SCG j):
-//   S = Q_i K_j^T,  P = exp(scale S - lse) = exp2(scale log2(e) S - log2(e) lse),
-//   dP = dO_i V_j^T,  dS = P ∘ (dP - D).
-// Rows past Tq and keys past Tk (the zero-filled part of a short tile) get P = dS = 0.
+// Step 1 of a (Q_i, K_j) tile pair, thread micro-tile rows r = srg + SRG i, keys c = scg + SCG j.
+//   half 0: S = Q_i K_j^T,  P = exp(scale S - lse) = exp2(scale log2(e) S - log2(e) lse) -> P^T
+//   half 1: dP = dO_i V_j^T, returned in dp
+// Rows past Tq and keys past Tk (the zero-filled part of a short tile) get P = 0.
 template <int D, int BR, int BC>
-__device__ __forceinline__ void p_and_ds(const BwdSmem<D, BR, BC> &sm, const BwdArgs &a,
+__device__ __forceinline__ void p_and_dp(const BwdSmem<D, BR, BC> &sm, const BwdArgs &a, int half,
                                          int rows_q, int rows_kv, int srg, int scg,
-                                         float (&p)[BwdTile<D, BR, BC>::STM][BwdTile<D, BR, BC>::STN],
-                                         float (&ds)[BwdTile<D, BR, BC>::STM][BwdTile<D, BR, BC>::STN])
+                                         float (&dp)[BwdTile<D, BR, BC>::STM][BwdTile<D, BR, BC>::STN])
 {
     using T = BwdTile<D, BR, BC>;
-    constexpr int STM = T::STM, STN = T::STN;
-    zero(p);
-    zero(ds);
-    mma_abt<STM, STN, T::SRG, T::SCG, D, T::QS, T::QS>(p, sm.Qs, sm.Ks, srg, scg);   // S  = Q_i K_j^T
-    mma_abt<STM, STN, T::SRG, T::SCG, D, T::QS, T::QS>(ds, sm.dOs, sm.Vs, srg, scg); // dP = dO_i V_j^T
+    zero(dp);
+    if (half == 1) {
+        mma_abt<T::STM, T::STN, T::SRG, T::SCG, D, T::QS, T::QS>(dp, sm.dOs, sm.Vs, srg, scg);
+        return;
+    }
+    float s[T::STM][T::STN];
+    zero(s);
+    mma_abt<T::STM, T::STN, T::SRG, T::SCG, D, T::QS, T::QS>(s, sm.Qs, sm.Ks, srg, scg);
 #pragma unroll
-    for (int i = 0; i < STM; i++) {
+    for (int i = 0; i < T::STM; i++) {
         const int r = srg + T::SRG * i;
-        const float lse2 = sm.Ls[r] * kLog2e, Dr = sm.Ds[r];
+        const float lse2 = sm.Ls[r] * kLog2e;
 #pragma unroll
-        for (int j = 0; j < STN; j++) {
-            const bool real = r < rows_q && scg + T::SCG * j < rows_kv;
-            p[i][j] = real ? exp2f(p[i][j] * a.scale_log2 - lse2) : 0.0f; // P
-            ds[i][j] = p[i][j] * (ds[i][j] - Dr);                           // dS = P ∘ (dP - D)
+        for (int j = 0; j < T::STN; j++) {
+            const int c = scg + T::SCG * j;
+            const bool real = r < rows_q && c < rows_kv;
+            sm.PTs[c * T::PTS + r] = real ? exp2f(s[i][j] * a.scale_log2 - lse2) : 0.0f;
         }
     }
 }
 
-// One block per K/V tile j of one head: dK_j, dV_j in registers over all query tiles i.
-// DQ_ATOMIC: also add dQ_i += scale dS_ij K_j into HBM with atomics (the default variant).
+// Step 2, half 1 only, once P^T is visible: dS = P ∘ (dP - D) into dS^T and/or dS.
+template <int D, int BR, int BC, bool STORE_T, bool STORE_N>
+__device__ __forceinline__ void ds_from_p(const BwdSmem<D, BR, BC> &sm, int srg, int scg,
+                                          const float (&dp)[BwdTile<D, BR, BC>::STM][BwdTile<D, BR, BC>::STN])
+{
+    using T = BwdTile<D, BR, BC>;
+#pragma unroll
+    for (int i = 0; i < T::STM; i++) {
+        const int r = srg + T::SRG * i;
+        const float Dr = sm.Ds[r];
+#pragma unroll
+        for (int j = 0; j < T::STN; j++) {
+            const int c = scg + T::SCG * j;
+            const float ds = sm.PTs[c * T::PTS + r] * (dp[i][j] - Dr); // dS = P ∘ (dP - D)
+            if (STORE_T)
+                sm.dSTs[c * T::PTS + r] = ds;
+            if (STORE_N)
+                sm.dSs[r * T::DSS + c] = ds;
+        }
+    }
+}
+
+// One block per K/V tile j of one head: dV_j (half 0) and dK_j (half 1) in registers over all
+// query tiles i. DQ_ATOMIC: also add dQ_i += scale dS_ij K_j into HBM with atomics (default variant).
 template <int D, int BR, int BC, bool DQ_ATOMIC>
 __global__ void __launch_bounds__(BwdTile<D, BR, BC>::NT, 1) bwd_dkdv_kernel(BwdArgs a)
 {
     using T = BwdTile<D, BR, BC>;
     extern __shared__ float4 smem4[];
     const BwdSmem<D, BR, BC> sm(reinterpret_cast<float *>(smem4));
-    const int tid = threadIdx.x;
-    const int srg = tid / T::SCG, scg = tid % T::SCG; // scores layout
-    const int org = tid / T::OCG, ocg = tid % T::OCG; // outputs layout
+    const int tid = threadIdx.x, half = tid / T::HALF, ht = tid % T::HALF;
+    const int srg = ht / T::SCG, scg = ht % T::SCG; // scores, within a half
+    const int org = ht / T::OCG, ocg = ht % T::OCG; // dV_j / dK_j, within a half
+    const int qrg = tid / T::QCG, qcg = tid % T::QCG; // dQ_i, whole block
     const int bh = blockIdx.y, h = bh % a.Hq, b = bh / a.Hq;
     const int kvh = b * (a.Hq / a.group) + h / a.group;
     const int kv0 = blockIdx.x * BC, rows_kv = min(BC, a.Tk - kv0);
     const size_t q_row0 = (size_t)bh * a.Tq, kv_row0 = (size_t)kvh * a.Tk + kv0;
     const int n_tiles = (a.Tq + BR - 1) / BR;
 
-    load_key_tile(sm, a, kv_row0, rows_kv, tid);               // K_j, V_j: read once
-    load_query_tile(sm, a, q_row0, min(BR, a.Tq), tid);        // Q_0, dO_0, lse_0, D_0
+    load_key_tile(sm, a, kv_row0, rows_kv, tid);        // K_j, V_j: read once
+    load_query_tile(sm, a, q_row0, min(BR, a.Tq), tid); // Q_0, dO_0, lse_0, D_0
 
-    float4 dk[T::KTM][T::OQ], dv[T::KTM][T::OQ]; // dK_j, dV_j   (Bc, D)
-    zero(dk);
-    zero(dv);
+    float4 acc[T::KTM][T::OQ]; // half 0: dV_j;  half 1: dK_j   (Bc, D)
+    zero(acc);
 
     for (int t = 0; t < n_tiles; t++) {
         const int q0 = t * BR, rows_q = min(BR, a.Tq - q0);
         cp_async_wait<0>();
         __syncthreads(); // Q_i, dO_i (and K_j, V_j) have landed
 
-        float p[T::STM][T::STN], ds[T::STM][T::STN];
-        p_and_ds(sm, a, rows_q, rows_kv, srg, scg, p, ds);
-#pragma unroll
-        for (int i = 0; i < T::STM; i++)
-#pragma unroll
-            for (int j = 0; j < T::STN; j++) {
-                const int r = srg + T::SRG * i, c = scg + T::SCG * j;
-                sm.PTs[c * T::PTS + r] = p[i][j];
-                sm.dSTs[c * T::PTS + r] = ds[i][j];
-                if (DQ_ATOMIC)
-                    sm.dSs[r * T::DSS + c] = ds[i][j];
-            }
-        __syncthreads(); // P^T, dS^T, dS visible
+        float dp[T::STM][T::STN];
+        p_and_dp(sm, a, half, rows_q, rows_kv, srg, scg, dp);
+        __syncthreads(); // P^T visible
+        if (half == 1)
+            ds_from_p<D, BR, BC, true, DQ_ATOMIC>(sm, srg, scg, dp);
+        __syncthreads(); // dS^T (and dS) visible
 
-        // dV_j += P_ij^T dO_i   (Bc, dv);   dK_j += dS_ij^T Q_i   (Bc, d), scaled at the end
-        mma_ab<T::KTM, T::OQ, T::ORG, T::OCG, BR, T::PTS, T::QS>(dv, sm.PTs, sm.dOs, org, ocg);
-        mma_ab<T::KTM, T::OQ, T::ORG, T::OCG, BR, T::PTS, T::QS>(dk, sm.dSTs, sm.Qs, org, ocg);
+        if (half == 0) // dV_j += P_ij^T dO_i   (Bc, dv)
+            mma_ab<T::KTM, T::OQ, T::ORG, T::OCG, BR, T::PTS, T::QS>(acc, sm.PTs, sm.dOs, org, ocg);
+        else // dK_j += dS_ij^T Q_i   (Bc, d), scaled at the end
+            mma_ab<T::KTM, T::OQ, T::ORG, T::OCG, BR, T::PTS, T::QS>(acc, sm.dSTs, sm.Qs, org, ocg);
         __syncthreads(); // Q_i, dO_i free: the next query tile streams in during dQ
 
         if (t + 1 < n_tiles)
@@ -389,15 +412,15 @@ __global__ void __launch_bounds__(BwdTile<D, BR, BC>::NT, 1) bwd_dkdv_kernel(Bwd
 
         if (DQ_ATOMIC) {
             // dQ_i += scale dS_ij K_j   (Br, d): added into HBM, one atomic read-modify-write each
-            float4 dq[T::QTM][T::OQ];
+            float4 dq[T::QTM][T::QQ];
             zero(dq);
-            mma_ab<T::QTM, T::OQ, T::ORG, T::OCG, BC, T::DSS, T::QS>(dq, sm.dSs, sm.Ks, org, ocg);
+            mma_ab<T::QTM, T::QQ, T::QRG, T::QCG, BC, T::DSS, T::QS>(dq, sm.dSs, sm.Ks, qrg, qcg);
 #pragma unroll
             for (int i = 0; i < T::QTM; i++) {
-                const int r = org + T::ORG * i;
+                const int r = qrg + T::QRG * i;
                 if (r < rows_q)
-                    atomic_add_row<T::OQ, T::OCG>(a.dQ + (q_row0 + q0 + r) * a.d, dq[i], a.scale,
-                                                  a.d, a.vec_dq, ocg);
+                    atomic_add_row<T::QQ, T::QCG>(a.dQ + (q_row0 + q0 + r) * a.d, dq[i], a.scale,
+                                                  a.d, a.vec_dq, qcg);
             }
             if (tid == 0) {
                 const unsigned long long bytes = (unsigned long long)rows_q * a.d * sizeof(float);
@@ -407,14 +430,16 @@ __global__ void __launch_bounds__(BwdTile<D, BR, BC>::NT, 1) bwd_dkdv_kernel(Bwd
         }
     }
 
-    // dK_j = scale dS^T Q, dV_j: written once
+    // dV_j, and dK_j = scale dS^T Q: written once
 #pragma unroll
     for (int i = 0; i < T::KTM; i++) {
         const int r = org + T::ORG * i;
         if (r >= rows_kv)
             continue;
-        store_row<T::OQ, T::OCG>(a.dK + (kv_row0 + r) * a.d, dk[i], a.scale, a.d, a.vec_dk, ocg);
-        store_row<T::OQ, T::OCG>(a.dV + (kv_row0 + r) * a.dv, dv[i], 1.0f, a.dv, a.vec_dv, ocg);
+        if (half == 0)
+            store_row<T::OQ, T::OCG>(a.dV + (kv_row0 + r) * a.dv, acc[i], 1.0f, a.dv, a.vec_dv, ocg);
+        else
+            store_row<T::OQ, T::OCG>(a.dK + (kv_row0 + r) * a.d, acc[i], a.scale, a.d, a.vec_dk, ocg);
     }
     if (tid == 0)
         hbm_dev_add(a.hbm, HBM_WRITTEN, (unsigned long long)rows_kv * (a.d + a.dv) * sizeof(float));
@@ -428,36 +453,34 @@ __global__ void __launch_bounds__(BwdTile<D, BR, BC>::NT, 1) bwd_dq_kernel(BwdAr
     using T = BwdTile<D, BR, BC>;
     extern __shared__ float4 smem4[];
     const BwdSmem<D, BR, BC> sm(reinterpret_cast<float *>(smem4));
-    const int tid = threadIdx.x;
-    const int srg = tid / T::SCG, scg = tid % T::SCG;
-    const int org = tid / T::OCG, ocg = tid % T::OCG;
+    const int tid = threadIdx.x, half = tid / T::HALF, ht = tid % T::HALF;
+    const int srg = ht / T::SCG, scg = ht % T::SCG;
+    const int qrg = tid / T::QCG, qcg = tid % T::QCG;
     const int bh = blockIdx.y, h = bh % a.Hq, b = bh / a.Hq;
     const int kvh = b * (a.Hq / a.group) + h / a.group;
     const int q0 = blockIdx.x * BR, rows_q = min(BR, a.Tq - q0);
     const size_t q_row0 = (size_t)bh * a.Tq + q0, kv_row0 = (size_t)kvh * a.Tk;
     const int n_tiles = (a.Tk + BC - 1) / BC;
 
-    load_query_tile(sm, a, q_row0, rows_q, tid);    // Q_i, dO_i, lse_i, D_i: read once
+    load_query_tile(sm, a, q_row0, rows_q, tid); // Q_i, dO_i, lse_i, D_i: read once
     load_key_tile(sm, a, kv_row0, min(BC, a.Tk), tid);
 
-    float4 dq[T::QTM][T::OQ]; // dQ_i   (Br, d)
+    float4 dq[T::QTM][T::QQ]; // dQ_i   (Br, d)
     zero(dq);
     for (int t = 0; t < n_tiles; t++) {
         const int kv0 = t * BC, rows_kv = min(BC, a.Tk - kv0);
         cp_async_wait<0>();
         __syncthreads(); // K_j, V_j have landed
 
-        float p[T::STM][T::STN], ds[T::STM][T::STN];
-        p_and_ds(sm, a, rows_q, rows_kv, srg, scg, p, ds);
-#pragma unroll
-        for (int i = 0; i < T::STM; i++)
-#pragma unroll
-            for (int j = 0; j < T::STN; j++)
-                sm.dSs[(srg + T::SRG * i) * T::DSS + scg + T::SCG * j] = ds[i][j];
+        float dp[T::STM][T::STN];
+        p_and_dp(sm, a, half, rows_q, rows_kv, srg, scg, dp);
+        __syncthreads(); // P^T visible
+        if (half == 1)
+            ds_from_p<D, BR, BC, false, true>(sm, srg, scg, dp);
         __syncthreads(); // dS visible; Vs free
 
         // dQ_i += dS_ij K_j   (Br, d), in a fixed order of j: the same sum every run
-        mma_ab<T::QTM, T::OQ, T::ORG, T::OCG, BC, T::DSS, T::QS>(dq, sm.dSs, sm.Ks, org, ocg);
+        mma_ab<T::QTM, T::QQ, T::QRG, T::QCG, BC, T::DSS, T::QS>(dq, sm.dSs, sm.Ks, qrg, qcg);
         __syncthreads(); // Ks, dSs free
 
         if (t + 1 < n_tiles)
@@ -466,9 +489,9 @@ __global__ void __launch_bounds__(BwdTile<D, BR, BC>::NT, 1) bwd_dq_kernel(BwdAr
 
 #pragma unroll
     for (int i = 0; i < T::QTM; i++) {
-        const int r = org + T::ORG * i;
+        const int r = qrg + T::QRG * i;
         if (r < rows_q)
-            store_row<T::OQ, T::OCG>(a.dQ + (q_row0 + r) * a.d, dq[i], a.scale, a.d, a.vec_dq, ocg);
+            store_row<T::QQ, T::QCG>(a.dQ + (q_row0 + r) * a.d, dq[i], a.scale, a.d, a.vec_dq, qcg);
     }
     if (tid == 0)
         hbm_dev_add(a.hbm, HBM_WRITTEN, (unsigned long long)rows_q * a.d * sizeof(float));
