@@ -98,7 +98,30 @@ int test_problem_make(TestProblem *x, const TestShape *s, uint64_t seed)
 void test_problem_free(TestProblem *x)
 {
     free(x->q), free(x->k), free(x->v), free(x->o), free(x->lse);
+    free(x->dout), free(x->dq), free(x->dk), free(x->dv);
     memset(x, 0, sizeof *x);
+}
+
+int test_problem_add_backward(TestProblem *x, uint64_t seed)
+{
+    const AttnProblem *p = &x->p;
+    const size_t rows_q = (size_t)p->B * p->Hq * p->Tq, rows_k = (size_t)p->B * p->Hkv * p->Tk;
+    Rng rng;
+    rng_seed(&rng, seed);
+    x->dout = test_random_floats(&rng, rows_q * p->dv);
+    x->dq = nan_floats(rows_q * p->d);
+    x->dk = nan_floats(rows_k * p->d);
+    x->dv = nan_floats(rows_k * p->dv);
+    if (!x->dout || !x->dq || !x->dk || !x->dv)
+        return -1;
+    x->p.dout = x->dout;
+    return 0;
+}
+
+AttnTensors test_problem_tensors(const TestProblem *x)
+{
+    AttnTensors t = {x->o, x->lse, x->dq, x->dk, x->dv, NULL};
+    return t;
 }
 
 /* ---- float64 reference ----------------------------------------------------------------------- */
@@ -160,6 +183,78 @@ void ref_attention_free(RefAttention *ref)
     memset(ref, 0, sizeof *ref);
 }
 
+/* The gradients of one head in double (P from its scores and lse, then the textbook formulas):
+ * dV = P^T dO, dP = dO V^T, dS = P ∘ (dP - rowsum(P ∘ dP)), dQ = scale dS K, dK = scale dS^T Q.
+ * Scratch: s of Tk doubles, o of dv, P of Tq Tk. */
+static void reference_head_backward(const AttnProblem *p, size_t bh, double *s, double *o,
+                                    double *P, RefGradients *g)
+{
+    const size_t Tq = p->Tq, Tk = p->Tk, d = p->d, dv = p->dv;
+    const float *q = p->q + bh * Tq * d, *k = p->k + bh * Tk * d, *v = p->v + bh * Tk * dv;
+    const float *dout = p->dout + bh * Tq * dv;
+    double *dq = g->dq + bh * Tq * d, *dk = g->dk + bh * Tk * d, *dvh = g->dv + bh * Tk * dv;
+    double lse;
+    memset(dq, 0, sizeof(double) * Tq * d);
+    memset(dk, 0, sizeof(double) * Tk * d);
+    memset(dvh, 0, sizeof(double) * Tk * dv);
+    for (size_t i = 0; i < Tq; i++) {
+        reference_row(p, q + i * d, k, v, s, o, &lse);
+        for (size_t j = 0; j < Tk; j++)
+            P[i * Tk + j] = exp(s[j] - lse);
+    }
+    for (size_t i = 0; i < Tq; i++) {
+        const float *doi = dout + i * dv;
+        double D = 0.0;
+        for (size_t j = 0; j < Tk; j++) {
+            double dp = 0.0; /* dP_ij = dO_i . v_j */
+            for (size_t c = 0; c < dv; c++) {
+                dp += (double)doi[c] * v[j * dv + c];
+                dvh[j * dv + c] += P[i * Tk + j] * doi[c];
+            }
+            s[j] = dp;
+            D += P[i * Tk + j] * dp;
+        }
+        for (size_t j = 0; j < Tk; j++) {
+            const double ds = P[i * Tk + j] * (s[j] - D) * p->scale;
+            for (size_t c = 0; c < d; c++) {
+                dq[i * d + c] += ds * k[j * d + c];
+                dk[j * d + c] += ds * q[i * d + c];
+            }
+        }
+    }
+}
+
+int ref_attention_backward(const AttnProblem *p, RefGradients *g)
+{
+    memset(g, 0, sizeof *g);
+    const int plain = p->Hq == p->Hkv && !p->causal && p->window == 0 && p->sink_tokens == 0 &&
+                      p->sinks == NULL;
+    if (!plain || !p->dout)
+        return -1;
+    const size_t heads = (size_t)p->B * p->Hq, Tq = p->Tq, Tk = p->Tk;
+    g->nq = heads * Tq * p->d;
+    g->nk = heads * Tk * p->d;
+    g->nv = heads * Tk * p->dv;
+    g->dq = malloc(sizeof(double) * g->nq);
+    g->dk = malloc(sizeof(double) * g->nk);
+    g->dv = malloc(sizeof(double) * g->nv);
+    double *s = malloc(sizeof(double) * Tk), *o = malloc(sizeof(double) * p->dv);
+    double *P = malloc(sizeof(double) * Tq * Tk);
+    const int ok = g->dq && g->dk && g->dv && s && o && P;
+    for (size_t bh = 0; ok && bh < heads; bh++)
+        reference_head_backward(p, bh, s, o, P, g);
+    free(s), free(o), free(P);
+    if (!ok)
+        ref_gradients_free(g);
+    return ok ? 0 : -1;
+}
+
+void ref_gradients_free(RefGradients *g)
+{
+    free(g->dq), free(g->dk), free(g->dv);
+    memset(g, 0, sizeof *g);
+}
+
 double element_error(double got, double want, ErrorMeasure m)
 {
     const double err = fabs(got - want);
@@ -184,5 +279,22 @@ double ref_attention_max_error(const AttnProblem *p, const float *o, const float
     for (size_t i = 0; i < ref.rows * ref.dv; i++)
         worst = worse(worst, element_error(o[i], ref.o[i], m));
     ref_attention_free(&ref);
+    return worst;
+}
+
+double ref_gradients_max_error(const AttnProblem *p, const float *dq, const float *dk,
+                               const float *dv, ErrorMeasure m)
+{
+    RefGradients g;
+    if (ref_attention_backward(p, &g) != 0)
+        return INFINITY;
+    double worst = 0.0;
+    for (size_t i = 0; i < g.nq; i++)
+        worst = worse(worst, element_error(dq[i], g.dq[i], m));
+    for (size_t i = 0; i < g.nk; i++)
+        worst = worse(worst, element_error(dk[i], g.dk[i], m));
+    for (size_t i = 0; i < g.nv; i++)
+        worst = worse(worst, element_error(dv[i], g.dv[i], m));
+    ref_gradients_free(&g);
     return worst;
 }

@@ -53,11 +53,20 @@ typedef struct {
 typedef struct {
     AttnProblem p;
     float *q, *k, *v, *o, *lse;
+    float *dout, *dq, *dk, *dv; /* NULL until test_problem_add_backward */
 } TestProblem;
 
 /* 0, or -1 when out of memory (call test_problem_free either way). */
 int test_problem_make(TestProblem *x, const TestShape *s, uint64_t seed);
 void test_problem_free(TestProblem *x);
+
+/* Asks x for the backward pass: dO (B, H, Tq, dv) ~ N(0, 1) from a generator seeded with seed,
+ * and dq, dk, dv (shapes of q, k, v) poisoned with NaN; sets x->p.dout. 0, or -1 when out of
+ * memory. */
+int test_problem_add_backward(TestProblem *x, uint64_t seed);
+
+/* The AttnTensors of x's outputs (o, lse, and the gradients once added; dsinks NULL). */
+AttnTensors test_problem_tensors(const TestProblem *x);
 
 /* ---- float64 reference ----------------------------------------------------------------------- */
 
@@ -72,6 +81,17 @@ typedef struct {
 int ref_attention(const AttnProblem *p, RefAttention *ref);
 void ref_attention_free(RefAttention *ref);
 
+/* Gradients of sum(O ∘ dO) in double for the same plain problems, p->dout required:
+ * dq (B, H, Tq, d), dk (B, H, Tk, d), dv (B, H, Tk, dv); n* are the element counts. */
+typedef struct {
+    double *dq, *dk, *dv;
+    size_t nq, nk, nv;
+} RefGradients;
+
+/* 0, or -1 for a problem ref_attention refuses, without dout, or when out of memory. */
+int ref_attention_backward(const AttnProblem *p, RefGradients *g);
+void ref_gradients_free(RefGradients *g);
+
 /* How an output element is compared with its reference value. */
 typedef enum {
     ERR_ABS,     /* |got - want| */
@@ -84,5 +104,10 @@ double element_error(double got, double want, ErrorMeasure m);
  * any is NaN, INFINITY when the reference cannot be computed. */
 double ref_attention_max_error(const AttnProblem *p, const float *o, const float *lse,
                                ErrorMeasure m);
+
+/* The largest element_error of dq, dk, dv against ref_attention_backward(p); NaN when any is NaN,
+ * INFINITY when the reference cannot be computed. */
+double ref_gradients_max_error(const AttnProblem *p, const float *dq, const float *dk,
+                               const float *dv, ErrorMeasure m);
 
 #endif

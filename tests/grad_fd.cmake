@@ -1,0 +1,15 @@
+# The reference-free gradient check: an implementation's backward pass against central finite
+# differences of its own forward pass (tests/test_grad_fd.c). Usage: test_grad_fd STAGE DEVICE [VARIANT].
+add_unit_test(test_grad_fd)
+add_test(NAME stage06_backward_gradfd_cpu COMMAND test_grad_fd 06 cpu)
+add_test(NAME stage06_backward_gradfd_cpu_naive COMMAND test_grad_fd 06 cpu naive)
+set_tests_properties(stage06_backward_gradfd_cpu stage06_backward_gradfd_cpu_naive
+                     PROPERTIES LABELS "stage06;cpu")
+if(FLASHLAB_HAVE_CUDA)
+  add_test(NAME stage06_backward_gradfd_cuda COMMAND test_grad_fd 06 cuda)
+  add_test(NAME stage06_backward_gradfd_cuda_naive COMMAND test_grad_fd 06 cuda naive)
+  add_test(NAME stage06_backward_gradfd_cuda_deterministic COMMAND test_grad_fd 06 cuda deterministic)
+  set_tests_properties(stage06_backward_gradfd_cuda stage06_backward_gradfd_cuda_naive
+                       stage06_backward_gradfd_cuda_deterministic
+                       PROPERTIES LABELS "stage06;gpu" SKIP_RETURN_CODE 77)
+endif()

@@ -1,0 +1,286 @@
+/* test_grad_fd.c — an implementation's gradients checked against its own forward pass by central
+ * finite differences: no golden files, no reference implementation.
+ *
+ * The backward pass computes the gradient of L(x) = <dO, o(x)> = sum(O ∘ dO), x = (q, k, v[, sinks]).
+ * For a random direction δ the directional derivative has two independent estimates:
+ *   g_fd = (L(x + εδ) - L(x - εδ)) / 2ε        from two forward runs (runner_run, DIR_FWD)
+ *   g_an = <dq, δq> + <dk, δk> + <dv, δv> [+ <dsinks, δsinks>]   from one backward run (DIR_BWD)
+ * Inner products are accumulated in double over the float32 tensors. The direction actually taken
+ * is (fl(x + εδ) - fl(x - εδ)) / 2ε, rounded inputs included, and g_an uses that same direction.
+ * Each input is checked on its own (δ on q only, k only, ...) so that no term hides behind another,
+ * and all together.
+ *
+ * Tolerance: |g_fd - g_an| <= E_round + 2 E_trunc + E_grad, three terms each printed:
+ *   E_round = c u κ_f |dO|_2 rms(v) / ε   float32 roundoff in f, divided by ε. Rounding errors of
+ *            independent operations add like a random walk (an accumulation of n terms is off by
+ *            about sqrt(n) u of its size, not n u), so: a score s = scale q·k is off by
+ *            Δs ~ u d scale rms(q) rms(k); P = exp(s - lse) turns that into a relative error Δs of
+ *            P, and the softmax sum and P V add about sqrt(Tk) u each. An o element is a weighted
+ *            mean of values, so it is off by about u κ_f rms(v), κ_f = sqrt((d scale rms(q)
+ *            rms(k))² + 2 Tk). Over L = <dO, o> these errors add in quadrature, u κ_f |dO|_2
+ *            rms(v) at each of x ± εδ, and g_fd divides their difference by 2ε. c = 8 is the
+ *            margin: measured against a float64 forward, |L - L_ref| is 0.1 to 14 units of
+ *            u |dO|_2 rms(v) on these shapes (14 for the peaked softmax of scale 0.5, d = 80) while
+ *            c κ_f is 34 to 326 of them.
+ *   E_trunc = |g_fd(2ε) - g_fd(ε)| / 3   the O(ε²) truncation term: g_fd(ε) = g + c₂ ε² + O(ε⁴),
+ *            so g_fd(2ε) - g_fd(ε) = 3 c₂ ε² + O(ε⁴), up to roundoff that E_round covers; doubled
+ *            for the O(ε⁴) rest.
+ *   E_grad = c u κ_g G   float32 roundoff in the gradients themselves, κ_g = sqrt(d + dv + Tq + Tk)
+ *            (their longest accumulations), relative to G = sum |∇_k δ_k|, the sum of the
+ *            absolute terms of g_an (the scale the check is relative to: |g_fd - g_an| / G is
+ *            printed).
+ * ε balances E_round ∝ 1/ε against E_trunc ∝ ε² (c₂ ~ κ³ G / 6, κ ~ 1: a unit step along δ moves
+ * the scores by O(1)); ε = 1e-2 puts the tolerance near 1e-4..1e-3 of G on these shapes, where a
+ * wrong gradient (a missing D term in dS, a dropped scale, a transposed tile) is off by a sizeable
+ * fraction of G. "ratio" is |g_fd - g_an| / tolerance: below 1 passes.
+ *
+ * Usage: test_grad_fd STAGE cpu|cuda [VARIANT]   e.g. test_grad_fd 06 cpu naive
+ * Exit: 0 all checks pass; 1 a check failed or the stage/variant does not exist; 2 bad usage;
+ * 3 the implementation has no backward pass; 77 cuda without a CUDA device. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn.h"
+#include "random.h"
+#include "runner.h"
+#include "test_support.h"
+
+/* T = 1; odd T; Tq < Tk with d != dv and B > 1; Tq > Tk; d = 80 with scale 0.5 (not 1/sqrt(d));
+ * several blocks of the tiled stages in both directions */
+typedef struct {
+    TestShape s;
+    float scale; /* 0: 1/sqrt(d) */
+} FdShape;
+
+static const FdShape shapes[] = {
+    {{1, 1, 1, 1, 16, 16}, 0.0f},   {{1, 2, 37, 37, 24, 24}, 0.0f},
+    {{2, 1, 20, 45, 32, 16}, 0.0f}, {{1, 2, 50, 13, 40, 24}, 0.0f},
+    {{1, 1, 17, 29, 80, 80}, 0.5f}, {{1, 1, 130, 70, 64, 64}, 0.0f},
+};
+enum { SHAPE_COUNT = sizeof shapes / sizeof shapes[0] };
+
+static const double EPS = 1e-2;
+static const double U = 5.9604644775390625e-08; /* 2^-24, float32 unit roundoff */
+
+/* One problem with its gradients (sinks and dsinks only when the implementation has FEAT_SINKS). */
+typedef struct {
+    TestProblem x;
+    float *sinks, *dsinks;
+    const StageImpl *impl;
+    RunCtx opts;
+} Fd;
+
+/* One input tensor of L and its gradient. */
+typedef struct {
+    const char *name;
+    float *x;
+    const float *grad;
+    size_t n;
+} Input;
+
+/* L = <dO, o> of a forward run at the current inputs; NAN when the run fails. */
+static double forward_loss(Fd *f)
+{
+    const AttnProblem *p = &f->x.p;
+    AttnTensors t = {f->x.o, f->x.lse, NULL, NULL, NULL, NULL};
+    FlError err = {{0}};
+    if (runner_run(f->impl, DIR_FWD, p, &t, &f->opts, NULL, &err) != FL_OK) {
+        fprintf(stderr, "forward run failed: %s\n", err.msg);
+        return NAN;
+    }
+    const size_t n = (size_t)p->B * p->Hq * p->Tq * p->dv;
+    double L = 0.0;
+    for (size_t i = 0; i < n; i++)
+        L += (double)f->x.dout[i] * f->x.o[i];
+    return L;
+}
+
+/* g_fd at step eps along delta for the inputs in[0..count), whose unperturbed values are x0[a].
+ * When dir is not NULL it receives the direction actually taken, (fl(x + eps δ) - fl(x - eps δ))
+ * / 2 eps. The inputs are restored from x0 afterwards. */
+static double fd_derivative(Fd *f, const Input *in, int count, float *const *x0,
+                            float *const *delta, double *const *dir, double eps)
+{
+    double L[2];
+    for (int side = 0; side < 2; side++) {
+        const double step = side == 0 ? eps : -eps;
+        for (int a = 0; a < count; a++)
+            for (size_t i = 0; i < in[a].n; i++) {
+                in[a].x[i] = (float)(x0[a][i] + step * delta[a][i]);
+                if (dir)
+                    dir[a][i] = side == 0 ? in[a].x[i] : (dir[a][i] - in[a].x[i]) / (2 * eps);
+            }
+        L[side] = forward_loss(f);
+    }
+    for (int a = 0; a < count; a++)
+        memcpy(in[a].x, x0[a], sizeof(float) * in[a].n);
+    return (L[0] - L[1]) / (2 * eps);
+}
+
+static double rms(const float *x, size_t n)
+{
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++)
+        sum += (double)x[i] * x[i];
+    return n ? sqrt(sum / (double)n) : 0.0;
+}
+
+/* E_round (see the header): c u κ_f |dO|_2 rms(v) / ε. */
+static double roundoff_f(const AttnProblem *p, double eps)
+{
+    const size_t nq = (size_t)p->B * p->Hq * p->Tq * p->d, nk = (size_t)p->B * p->Hkv * p->Tk * p->d;
+    const size_t no = (size_t)p->B * p->Hq * p->Tq * p->dv, nv = (size_t)p->B * p->Hkv * p->Tk * p->dv;
+    const double ds = p->d * fabs(p->scale) * rms(p->q, nq) * rms(p->k, nk);
+    const double kappa_f = sqrt(ds * ds + 2.0 * p->Tk);
+    const double dout_2 = rms(p->dout, no) * sqrt((double)no);
+    return 8.0 * U * kappa_f * dout_2 * rms(p->v, nv) / eps;
+}
+
+/* One check: δ ~ N(0, 1) on the inputs in[0..count), g_fd against g_an. 0 when it passes. */
+static int check_direction(Fd *f, const Input *in, int count, const char *label, Rng *rng)
+{
+    float *delta[4] = {0}, *x0[4] = {0};
+    double *dir[4] = {0};
+    int ok = 1;
+    for (int a = 0; a < count; a++) {
+        const size_t n = in[a].n ? in[a].n : 1;
+        delta[a] = test_random_floats(rng, in[a].n);
+        x0[a] = malloc(sizeof(float) * n);
+        dir[a] = malloc(sizeof(double) * n);
+        ok = ok && delta[a] && x0[a] && dir[a];
+        if (x0[a])
+            memcpy(x0[a], in[a].x, sizeof(float) * in[a].n);
+    }
+    int failed = 1;
+    if (!ok) {
+        fprintf(stderr, "out of memory\n");
+        goto done;
+    }
+    const double g_fd2 = fd_derivative(f, in, count, x0, delta, NULL, 2 * EPS);
+    const double g_fd = fd_derivative(f, in, count, x0, delta, dir, EPS);
+    double g_an = 0.0, G = 0.0;
+    for (int a = 0; a < count; a++)
+        for (size_t i = 0; i < in[a].n; i++) {
+            g_an += (double)in[a].grad[i] * dir[a][i];
+            G += fabs((double)in[a].grad[i] * dir[a][i]);
+        }
+    const AttnProblem *p = &f->x.p;
+    const double e_round = roundoff_f(p, EPS);
+    const double e_trunc = fabs(g_fd2 - g_fd) / 3.0;
+    const double e_grad = 8.0 * U * sqrt((double)p->d + p->dv + p->Tq + p->Tk) * G;
+    const double tol = e_round + 2.0 * e_trunc + e_grad;
+    const double diff = fabs(g_fd - g_an);
+    failed = !(diff <= tol); /* NaN fails */
+    printf("  %-6s g_fd %+.8e  g_an %+.8e  |diff| %.2e  tol %.2e (round %.1e trunc %.1e grad %.1e)"
+           "  |diff|/G %.1e  ratio %.3f  %s\n",
+           label, g_fd, g_an, diff, tol, e_round, e_trunc, e_grad, G > 0 ? diff / G : 0.0,
+           tol > 0 ? diff / tol : INFINITY, failed ? "FAIL" : "ok");
+done:
+    for (int a = 0; a < count; a++)
+        free(delta[a]), free(x0[a]), free(dir[a]);
+    return failed;
+}
+
+/* The problem of one shape: inputs, dO, sinks when supported; then one backward run. */
+static int fd_setup(Fd *f, const FdShape *sh, uint64_t seed)
+{
+    if (test_problem_make(&f->x, &sh->s, seed) != 0 || test_problem_add_backward(&f->x, seed + 1) != 0) {
+        fprintf(stderr, "out of memory\n");
+        return -1;
+    }
+    if (sh->scale > 0.0f)
+        f->x.p.scale = sh->scale;
+    if (f->impl->features & FEAT_SINKS) {
+        Rng rng;
+        rng_seed(&rng, seed + 2);
+        f->sinks = test_random_floats(&rng, (size_t)f->x.p.Hq);
+        f->dsinks = malloc(sizeof(float) * (size_t)f->x.p.Hq);
+        if (!f->sinks || !f->dsinks)
+            return -1;
+        f->x.p.sinks = f->sinks;
+    }
+    AttnTensors t = test_problem_tensors(&f->x);
+    t.dsinks = f->dsinks;
+    FlError err = {{0}};
+    if (runner_run(f->impl, DIR_BWD, &f->x.p, &t, &f->opts, NULL, &err) != FL_OK) {
+        fprintf(stderr, "backward run failed: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void fd_free(Fd *f)
+{
+    test_problem_free(&f->x);
+    free(f->sinks), free(f->dsinks);
+    f->sinks = f->dsinks = NULL;
+}
+
+/* Every input alone, then all together, on one shape; returns the number of failed checks. */
+static int check_shape(const StageImpl *impl, const FdShape *sh, int index)
+{
+    Fd f;
+    memset(&f, 0, sizeof f);
+    f.impl = impl;
+    f.opts.threads = 2;
+    const uint64_t seed = 4242u + 97u * (uint64_t)index;
+    const TestShape *s = &sh->s;
+    printf("B=%d H=%d Tq=%d Tk=%d d=%d dv=%d scale=%g%s\n", s->B, s->H, s->Tq, s->Tk, s->d, s->dv,
+           sh->scale > 0 ? sh->scale : 1.0 / sqrt((double)s->d),
+           impl->features & FEAT_SINKS ? " sinks" : "");
+    if (fd_setup(&f, sh, seed) != 0) {
+        fd_free(&f);
+        return 1;
+    }
+    const AttnProblem *p = &f.x.p;
+    const size_t nq = (size_t)p->B * p->Hq * p->Tq * p->d, nk = (size_t)p->B * p->Hkv * p->Tk * p->d;
+    const size_t nv = (size_t)p->B * p->Hkv * p->Tk * p->dv;
+    Input in[4] = {{"q", f.x.q, f.x.dq, nq}, {"k", f.x.k, f.x.dk, nk}, {"v", f.x.v, f.x.dv, nv},
+                   {"sinks", f.sinks, f.dsinks, (size_t)p->Hq}};
+    const int count = f.sinks ? 4 : 3;
+    Rng rng;
+    rng_seed(&rng, seed + 3);
+    int failures = 0;
+    for (int a = 0; a < count; a++)
+        failures += check_direction(&f, &in[a], 1, in[a].name, &rng);
+    failures += check_direction(&f, in, count, "all", &rng);
+    fd_free(&f);
+    return failures;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3 || argc > 4 || (strcmp(argv[2], "cpu") && strcmp(argv[2], "cuda"))) {
+        fprintf(stderr, "usage: test_grad_fd STAGE cpu|cuda [VARIANT]\n");
+        return 2;
+    }
+    const int cuda = !strcmp(argv[2], "cuda");
+    const char *variant = argc == 4 ? argv[3] : "";
+    /* no device first: without a GPU the CUDA tests skip even before their stage exists */
+    if (cuda && !cuda_device_available()) {
+        printf("no CUDA device: skipped (cuda: %s)\n", cuda_device_description());
+        return 77;
+    }
+    const StageImpl *impl = stage_find(argv[1], cuda ? DEVICE_CUDA : DEVICE_CPU, variant);
+    if (!impl) {
+        fprintf(stderr, "no such stage: %s on %s, variant '%s' (see flashlab list)\n", argv[1],
+                argv[2], variant);
+        return 1;
+    }
+    if (!(impl->features & FEAT_BACKWARD) || !impl->backward) {
+        fprintf(stderr, "stage %s (%s%s%s, %s) has no backward pass; stage %s adds it\n",
+                impl->stage, impl->name, variant[0] ? " " : "", variant, argv[2],
+                attn_feature_added_by(FEAT_BACKWARD));
+        return 3;
+    }
+    printf("stage %s (%s%s%s, %s): central differences, eps = %g\n", impl->stage, impl->name,
+           variant[0] ? " " : "", variant, argv[2], EPS);
+    int failures = 0;
+    for (int i = 0; i < SHAPE_COUNT; i++)
+        failures += check_shape(impl, &shapes[i], i);
+    printf("%d check(s) failed\n", failures);
+    return failures ? 1 : 0;
+}
