@@ -1,12 +1,11 @@
 /* test_hbm_model_06.c — stage 06 (backward): the backward pass's HBM counters and workspace equal
- * the closed forms of docs/hbm_model.md ("Stage 06 — backward (CPU)"), byte for byte, and the
+ * the closed forms of docs/hbm_model.md ("Stage 06 — backward (CPU)" and "(CUDA)"), byte for byte, and the
  * gradients match a float64 reference, so the counts come from a run that really computed them.
  * Also checks the scaling law of the extra memory: the flash variant's workspace is linear in T
  * (D, B·Hq·Tq floats), the naive variant's quadratic (P and dP).
  *
  * Usage: test_hbm_model_06 cpu|cuda. Each implementation is one row of `models` (device, variant,
- * closed form); the cuda mode returns 77 without a CUDA device, and also while the table has no
- * CUDA row. The expected numbers are computed here from the doc's formulas, not from the stage. */
+ * closed form); the cuda mode returns 77 without a CUDA device. The expected numbers are computed here from the doc's formulas, not from the stage. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -73,6 +72,58 @@ static Counts model_naive_cpu(const TestShape *s, size_t M)
     return e;
 }
 
+/* 06-cuda: Br = Bc = 64 in both backward kernels; C = ceil(Tk / 64) K/V tiles, R = ceil(Tq / 64)
+ * query tiles. Default variant (dQ by atomics), per head (floats):
+ *   read    = 2 Tq dv + Tk (d + dv) + C Tq (d + dv + 2)  D kernel; K_j, V_j once; Q_i, dO_i, lse_i, D_i
+ *           + C Tq d                                    the dQ atomics (each a read and a write)
+ *   written = Tq + Tq d + Tk (d + dv) + C Tq d          D; dQ = 0; dK, dV once; the dQ atomics
+ *   workspace = 4 B Hq Tq bytes (D). */
+enum { CUDA_TILE = 64 };
+
+static Counts model_flash_cuda(const TestShape *s, size_t M)
+{
+    (void)M;
+    const uint64_t N = (uint64_t)s->B * s->H, Tq = s->Tq, Tk = s->Tk, d = s->d, dv = s->dv;
+    const uint64_t C = div_up(Tk, CUDA_TILE);
+    Counts e;
+    e.read = 4 * N * (2 * Tq * dv + Tk * (d + dv) + C * Tq * (d + dv + 2) + C * Tq * d);
+    e.written = 4 * N * (Tq + Tq * d + Tk * (d + dv) + C * Tq * d);
+    e.workspace = 4 * N * Tq;
+    return e;
+}
+
+/* 06-cuda deterministic: no atomics; the dQ kernel reads Q_i, dO_i, lse_i, D_i once per query
+ * tile, all of K and V per query tile, and writes dQ once:
+ *   read    = 2 Tq dv + Tk (d + dv) + C Tq (d + dv + 2) + Tq (d + dv + 2) + R Tk (d + dv)
+ *   written = Tq + Tk (d + dv) + Tq d */
+static Counts model_deterministic_cuda(const TestShape *s, size_t M)
+{
+    (void)M;
+    const uint64_t N = (uint64_t)s->B * s->H, Tq = s->Tq, Tk = s->Tk, d = s->d, dv = s->dv;
+    const uint64_t C = div_up(Tk, CUDA_TILE), R = div_up(Tq, CUDA_TILE);
+    Counts e;
+    e.read = 4 * N * (2 * Tq * dv + Tk * (d + dv) + C * Tq * (d + dv + 2) + Tq * (d + dv + 2) +
+                      R * Tk * (d + dv));
+    e.written = 4 * N * (Tq + Tk * (d + dv) + Tq * d);
+    e.workspace = 4 * N * Tq;
+    return e;
+}
+
+/* 06-cuda naive (cuBLAS): S, P, dV, dP, dS (two passes over P and dP), dQ, dK; per head (floats)
+ *   read    = 8 Tq Tk + 2 Tq d + 2 Tk d + 2 Tq dv + Tk dv + Tq
+ *   written = 4 Tq Tk + Tq d + Tk d + Tk dv
+ *   workspace = 8 B Hq Tq Tk bytes (P and dP). */
+static Counts model_naive_cuda(const TestShape *s, size_t M)
+{
+    (void)M;
+    const uint64_t N = (uint64_t)s->B * s->H, Tq = s->Tq, Tk = s->Tk, d = s->d, dv = s->dv;
+    Counts e;
+    e.read = 4 * N * (8 * Tq * Tk + 2 * Tq * d + 2 * Tk * d + 2 * Tq * dv + Tk * dv + Tq);
+    e.written = 4 * N * (4 * Tq * Tk + Tq * d + Tk * d + Tk * dv);
+    e.workspace = 8 * N * Tq * Tk;
+    return e;
+}
+
 /* One implementation and its closed form. A CUDA row is added by writing its model function
  * (M is 0 for rows with uses_sram = 0). workspace_power: the extra memory grows as T^power. */
 typedef struct {
@@ -86,6 +137,9 @@ typedef struct {
 static const ModelRow models[] = {
     {DEVICE_CPU, "", model_flash_cpu, 1, 1},
     {DEVICE_CPU, "naive", model_naive_cpu, 0, 2},
+    {DEVICE_CUDA, "", model_flash_cuda, 0, 1},
+    {DEVICE_CUDA, "deterministic", model_deterministic_cuda, 0, 1},
+    {DEVICE_CUDA, "naive", model_naive_cuda, 0, 2},
 };
 enum { MODEL_COUNT = sizeof models / sizeof models[0] };
 

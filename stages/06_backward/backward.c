@@ -216,19 +216,19 @@ static int fa2_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlErro
     if (!arenas || !tiles) {
         free(arenas);
         free(tiles);
-        return fl_fail(err, FL_BAD_INPUT, "stage 05: out of host memory for %zu SRAM arenas", workers);
+        return fl_fail(err, FL_BAD_INPUT, "FA2 forward: out of host memory for %zu SRAM arenas", workers);
     }
     for (size_t w = 0; w < workers; w++) {
         if (sram_init(&arenas[w], b.M) != 0) {
             arenas_free(arenas, w);
             free(tiles);
-            return fl_fail(err, FL_BAD_INPUT, "stage 05: out of host memory for an SRAM arena of M=%zu bytes", b.M);
+            return fl_fail(err, FL_BAD_INPUT, "FA2 forward: out of host memory for an SRAM arena of M=%zu bytes", b.M);
         }
         if (!tiles_alloc(&arenas[w], p, &b, &tiles[w])) {
             arenas_free(arenas, w + 1);
             free(tiles);
             return fl_fail(err, FL_BAD_INPUT,
-                           "stage 05: tiles do not fit in SRAM: M=%zu bytes, Br=%zu, Bc=%zu, d=%d, dv=%d "
+                           "FA2 forward: tiles do not fit in SRAM: M=%zu bytes, Br=%zu, Bc=%zu, d=%d, dv=%d "
                            "need (Br+Bc)(d+dv)+Br*Bc+4*Br floats; raise --sram or lower the block sizes",
                            b.M, b.Br, b.Bc, p->d, p->dv);
         }
