@@ -1,4 +1,7 @@
-/* stages/05_fa2/fa2.cu — FlashAttention-2 forward as a CUDA kernel, float32 end to end.
+/* stages/06_backward/backward.cu — FlashAttention-2 forward and backward as CUDA kernels, float32.
+ *
+ * New in stage 06: the backward pass, below "the backward pass" (three variants: dQ by atomics,
+ * deterministic, and the cuBLAS naive baseline). The forward kernel is stage 05's, unchanged:
  *
  * One thread block owns one query tile Q_i (Br rows) of one head and walks over every K/V tile
  * (Bc rows) of that head. Per query row it keeps, in registers:
@@ -720,7 +723,7 @@ static int naive_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlE
     unsigned long long *hbm = ctx->hbm_dev;
     const RmOperand Q = {p->q, d, (long long)Tq * d, 0}, K = {p->k, d, (long long)Tk * d, 0},
                     V = {p->v, dv, (long long)Tk * dv, 0}, dO = {p->dout, dv, (long long)Tq * dv, 0},
-                    Pm = {P, Tk, TT, 0}, dSm = {dP, Tk, TT, 0};
+                    dSm = {dP, Tk, TT, 0};
     const RmOperand Kt = {K.ptr, K.ld, K.stride, 1}, Vt = {V.ptr, V.ld, V.stride, 1},
                     Pt = {P, Tk, TT, 1}, dSt = {dP, Tk, TT, 1};
     const unsigned long long f = sizeof(float);
@@ -759,7 +762,6 @@ static int naive_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlE
     if (rc == FL_OK)
         rc = hbm_dev_add_from_host(hbm, f * n * (2 * TT + (long long)Tk * d + (long long)Tq * d),
                                    f * n * ((long long)Tq * d + (long long)Tk * d), err);
-    (void)Pm;
     return rc;
 }
 
