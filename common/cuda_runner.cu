@@ -125,13 +125,9 @@ static int alloc_outputs(const AttnProblem *p, int with_grads, DeviceRun *r, FlE
     return rc;
 }
 
-/* The stage's scratch for one pass, replacing the previous one (NULL for 0 bytes). */
-static int alloc_workspace(const StageImpl *impl, Direction dir, DeviceRun *r, const RunCtx *ctx,
-                           size_t *bytes_out, FlError *err)
+/* `bytes` of device scratch, replacing the previous one (NULL for 0 bytes). */
+static int alloc_workspace_bytes(const StageImpl *impl, DeviceRun *r, size_t bytes, FlError *err)
 {
-    size_t bytes = impl->workspace_bytes ? impl->workspace_bytes(&r->p, ctx, dir) : 0;
-    if (bytes_out)
-        *bytes_out = bytes;
     cudaFree(r->workspace);
     r->workspace = NULL;
     if (bytes == 0)
@@ -143,6 +139,22 @@ static int alloc_workspace(const StageImpl *impl, Direction dir, DeviceRun *r, c
                        bytes, impl->stage, impl->name, cudaGetErrorString(status));
     }
     return FL_OK;
+}
+
+static size_t pass_workspace_bytes(const StageImpl *impl, Direction dir, const DeviceRun *r,
+                                   const RunCtx *ctx)
+{
+    return impl->workspace_bytes ? impl->workspace_bytes(&r->p, ctx, dir) : 0;
+}
+
+/* The stage's scratch for one pass, replacing the previous one (NULL for 0 bytes). */
+static int alloc_workspace(const StageImpl *impl, Direction dir, DeviceRun *r, const RunCtx *ctx,
+                           size_t *bytes_out, FlError *err)
+{
+    size_t bytes = pass_workspace_bytes(impl, dir, r, ctx);
+    if (bytes_out)
+        *bytes_out = bytes;
+    return alloc_workspace_bytes(impl, r, bytes, err);
 }
 
 static RunCtx device_ctx(const RunCtx *opts)
@@ -251,11 +263,11 @@ extern "C" int cuda_runner_run(const StageImpl *impl, Direction dir, const AttnP
 
 /* ---- timing ------------------------------------------------------------------------------------ */
 
-/* Times `reps` runs of one pass, each between its own pair of events; samples in ms. */
-static int time_pass(const StageImpl *impl, Direction dir, DeviceRun *r, RunCtx *ctx, int warmup,
+/* Times `reps` runs (the forward pass, and for DIR_BWD the backward pass after it), each between
+ * its own pair of events; samples in ms. */
+static int time_runs(const StageImpl *impl, Direction dir, DeviceRun *r, RunCtx *ctx, int warmup,
                      int reps, double *samples, FlError *err)
 {
-    AttnFn fn = dir == DIR_FWD ? impl->forward : impl->backward;
     cudaEvent_t start = NULL, stop = NULL;
     int rc = fl_cuda_status(cudaEventCreate(&start), "creating a timing event", err);
     if (rc == FL_OK)
@@ -263,7 +275,9 @@ static int time_pass(const StageImpl *impl, Direction dir, DeviceRun *r, RunCtx 
     for (int i = 0; rc == FL_OK && i < warmup + reps; i++) {
         rc = fl_cuda_status(cudaEventRecord(start), "recording a timing event", err);
         if (rc == FL_OK)
-            rc = fn(&r->p, &r->t, ctx, err);
+            rc = impl->forward(&r->p, &r->t, ctx, err);
+        if (rc == FL_OK && dir == DIR_BWD)
+            rc = impl->backward(&r->p, &r->t, ctx, err);
         if (rc == FL_OK)
             rc = fl_cuda_status(cudaEventRecord(stop), "recording a timing event", err);
         if (rc == FL_OK)
@@ -295,14 +309,15 @@ extern "C" int cuda_runner_time(const StageImpl *impl, Direction dir, const Attn
     DeviceRun r;
     RunCtx ctx = device_ctx(opts); /* hbm_dev stays NULL: counting off while timing */
     int rc = device_run_setup(impl, dir, p, &r, err);
-    /* the backward pass reads o and lse from this implementation's own forward pass (untimed) */
-    if (rc == FL_OK && dir == DIR_BWD)
-        rc = run_pass(impl, DIR_FWD, &r, &ctx, NULL, NULL, err);
-    if (rc == FL_OK)
-        rc = alloc_workspace(impl, dir, &r, &ctx, NULL, err);
+    if (rc == FL_OK) { /* one workspace, the larger of the passes' */
+        size_t bytes = pass_workspace_bytes(impl, DIR_FWD, &r, &ctx);
+        if (dir == DIR_BWD && pass_workspace_bytes(impl, DIR_BWD, &r, &ctx) > bytes)
+            bytes = pass_workspace_bytes(impl, DIR_BWD, &r, &ctx);
+        rc = alloc_workspace_bytes(impl, &r, bytes, err);
+    }
     ctx.workspace = r.workspace;
     if (rc == FL_OK)
-        rc = time_pass(impl, dir, &r, &ctx, warmup, reps, samples, err);
+        rc = time_runs(impl, dir, &r, &ctx, warmup, reps, samples, err);
     if (rc == FL_OK)
         *median = median_ms(samples, reps);
     device_run_free(&r);

@@ -281,14 +281,15 @@ static const char *human_bytes(double bytes, char *buf, size_t len)
     return buf;
 }
 
-/* FLOPs as the FlashAttention benchmarks count them (DESIGN §8): 2·B·Hq·Tq·Tk·(d + dv) forward
- * (= 4·B·Hq·Tq·Tk·d when d = dv), halved for causal when Tq = Tk; backward 2.5x forward. */
+/* FLOPs of what runner_time times, as the FlashAttention benchmarks count them (DESIGN §8):
+ * forward 2·B·Hq·Tq·Tk·(d + dv) (= 4·B·Hq·Tq·Tk·d when d = dv), halved for causal when Tq = Tk;
+ * DIR_BWD times forward + backward: 3.5x forward (the backward alone is 2.5x). */
 static double attention_flops(const AttnProblem *p, Direction dir)
 {
     double f = 2.0 * p->B * p->Hq * (double)p->Tq * p->Tk * (p->d + p->dv);
     if (p->causal && p->Tq == p->Tk)
         f /= 2.0;
-    return dir == DIR_BWD ? 2.5 * f : f;
+    return dir == DIR_BWD ? 3.5 * f : f;
 }
 
 static const char *impl_label(const StageImpl *impl, char *buf, size_t len)
@@ -799,8 +800,11 @@ static int tour_row(const Options *o, const StageImpl *impl, const Case *c)
     int failed = rc == FL_OK ? compare_outputs(c, &x, 0, &max_err) : 0;
     outputs_free(&x);
     AttnProblem fwd = problem_for(c, DIR_FWD);
+    double ms_both = 0.0;
     if (rc == FL_OK)
         rc = runner_time(impl, DIR_FWD, &fwd, &ctx, 1, TOUR_REPS, &ms, &err);
+    if (rc == FL_OK && dir == DIR_BWD)
+        rc = runner_time(impl, DIR_BWD, &p, &ctx, 1, TOUR_REPS, &ms_both, &err);
     if (rc != FL_OK) {
         printf("FAIL  error: %s\n", err.msg);
         return 1;
@@ -811,6 +815,12 @@ static int tour_row(const Options *o, const StageImpl *impl, const Case *c)
            human_bytes((double)stats.fwd.bytes_written, w, sizeof w),
            human_bytes((double)stats.extra_bytes_fwd, e, sizeof e), ms, attention_flops(&fwd, DIR_FWD) / (ms * 1e6),
            impl->lesson);
+    if (dir == DIR_BWD) /* the backward pass's own counters; time and rate of forward + backward */
+        printf("%-5s  %-12s  %-7s  %-4s  %-8s  %9s  %9s  %9s  %9.3f  %8.2f  (backward pass; time: fwd+bwd)\n",
+               "", "", "bwd", "", "", human_bytes((double)stats.bwd.bytes_read, r, sizeof r),
+               human_bytes((double)stats.bwd.bytes_written, w, sizeof w),
+               human_bytes((double)stats.extra_bytes_bwd, e, sizeof e), ms_both,
+               attention_flops(&p, DIR_BWD) / (ms_both * 1e6));
     return failed != 0;
 }
 
@@ -834,7 +844,8 @@ static int cmd_tour(Options *o)
     const AttnProblem *p = &c.problem;
     printf("tour case %s: B=%d Hq=%d Hkv=%d Tq=%d Tk=%d d=%d dv=%d%s%s\n", dir, p->B, p->Hq, p->Hkv, p->Tq,
            p->Tk, p->d, p->dv, p->causal ? " causal" : "", p->dout ? ", with dO" : "");
-    printf("HBM read/written and extra memory: forward pass; time: median of %d forward runs; "
+    printf("HBM read/written and extra memory: forward pass (a 'bwd' line below a row: the backward pass);\n"
+           "time: median of %d runs of the forward (on a 'bwd' line: forward + backward); "
            "SRAM M = %zu bytes for the tiled CPU stages\n\n", TOUR_REPS, run_ctx(o).sram_bytes);
     printf("%-5s  %-12s  %-7s  %-4s  %-8s  %9s  %9s  %9s  %9s  %8s  %s\n", "stage", "device", "checked", "ok?",
            "max err", "HBM read", "HBM write", "extra mem", "time ms", "GFLOP/s", "lesson");
@@ -913,8 +924,9 @@ typedef struct {
     AttnProblem p;
     Direction dir;
     double ms, flops;
-    uint64_t read, written;
-    size_t extra;
+    uint64_t read, written;       /* HBM bytes of what was timed (forward + backward for bwd) */
+    uint64_t read_bwd, written_bwd; /* of the backward pass alone (bwd rows) */
+    size_t extra;                 /* the larger of the passes' extra memory */
     const char *error;
 } BenchRow;
 
@@ -934,9 +946,11 @@ static void bench_print_row(const Options *o, const BenchRow *row, int first)
             printf("}");
         } else {
             printf("\"time_ms\": %.6g, \"gflops_per_s\": %.6g, \"hbm_read_bytes\": %llu, "
-                   "\"hbm_written_bytes\": %llu, \"extra_bytes\": %zu, \"error\": null}",
+                   "\"hbm_written_bytes\": %llu, \"hbm_read_bytes_bwd_pass\": %llu, "
+                   "\"hbm_written_bytes_bwd_pass\": %llu, \"extra_bytes\": %zu, \"error\": null}",
                    row->ms, row->flops / (row->ms * 1e6), (unsigned long long)row->read,
-                   (unsigned long long)row->written, row->extra);
+                   (unsigned long long)row->written, (unsigned long long)row->read_bwd,
+                   (unsigned long long)row->written_bwd, row->extra);
         }
         return;
     }
@@ -973,11 +987,12 @@ static int bench_one(const Options *o, const StageImpl *impl, int T, int d, Benc
     outputs_free(&x);
     if (rc == FL_OK)
         rc = runner_time(impl, row->dir, &row->p, &ctx, 1, o->reps, &row->ms, err);
-    const HbmCounter *count = row->dir == DIR_BWD ? &stats.bwd : &stats.fwd;
-    if (rc == FL_OK) {
-        row->read = count->bytes_read;
-        row->written = count->bytes_written;
-        row->extra = row->dir == DIR_BWD ? stats.extra_bytes_bwd : stats.extra_bytes_fwd;
+    if (rc == FL_OK) { /* a bwd row counts what it times: forward + backward */
+        row->read = stats.fwd.bytes_read + stats.bwd.bytes_read;
+        row->written = stats.fwd.bytes_written + stats.bwd.bytes_written;
+        row->extra = stats.extra_bytes_fwd > stats.extra_bytes_bwd ? stats.extra_bytes_fwd : stats.extra_bytes_bwd;
+        row->read_bwd = stats.bwd.bytes_read;
+        row->written_bwd = stats.bwd.bytes_written;
     }
     bench_inputs_free(&in);
     row->p.q = row->p.k = row->p.v = row->p.dout = NULL;
@@ -1267,6 +1282,8 @@ static const Command commands[] = {
      "has a backward pass and the case has do.npy), pass/FAIL, the max abs error against the golden\n"
      "files, HBM bytes read and written and the extra memory of the forward pass, the median time of 5\n"
      "forward runs (after 1 warm-up, counting off), GFLOP/s (4*B*Hq*Tq*Tk*d), and the lesson.\n"
+     "A stage that ran fwd+bwd gets a second line, 'bwd': HBM bytes and extra memory of the backward\n"
+     "pass, and the median time and GFLOP/s (3.5x forward FLOPs) of 5 forward + backward runs.\n"
      "CUDA rows print 'skipped (no CUDA device)' when there is none. --device picks one device\n"
      "(default all). Exit: 0 all rows passed; 1 a row failed; 2 the tour case cannot be read or no\n"
      "stage ran; 77 --device cuda without a CUDA device.\n"},
@@ -1279,8 +1296,11 @@ static const Command commands[] = {
      "run: the median of --reps runs after one warm-up, counting off. Prints time in ms, GFLOP/s\n"
      "(TFLOP/s on cuda), HBM bytes read and written, and extra memory, one row per run as it finishes;\n"
      "--json prints a JSON array instead (raw numbers, for notebooks and scripts).\n"
-     "FLOPs: 4*B*H*T*T*d forward, halved with --causal; backward 2.5x forward (--direction bwd\n"
-     "times the backward pass of the stages that have one).\n"
+     "--direction bwd times forward + backward (each timed run: the forward pass, then the backward\n"
+     "pass) of the stages that have a backward; its HBM bytes are those of both passes (JSON also\n"
+     "gives the backward pass alone: hbm_read_bytes_bwd_pass, hbm_written_bytes_bwd_pass) and its\n"
+     "extra memory the larger of the two passes'.\n"
+     "FLOPs: 4*B*H*T*T*d forward, halved with --causal; forward + backward 3.5x forward.\n"
      "Defaults: cpu: every CPU implementation, T = 512,1024,2048,4096, B = 1, H = 8, d = 64, reps 3.\n"
      "          cuda: every CUDA implementation, T = 1024,4096,16384, B = 4, H = 16, d = 64,128, reps 20.\n"
      "Exit: 0 ok; 1 a run failed (its row shows why; e.g. out of memory); 2 bad usage; 77 no CUDA\n"

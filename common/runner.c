@@ -154,6 +154,26 @@ static int alloc_outputs(const AttnProblem *p, Tensor out[OUT_COUNT], AttnTensor
     return FL_OK;
 }
 
+/* The workspace one timed run needs: the forward's, or for DIR_BWD the larger of both passes'. */
+static size_t timed_workspace_size(const StageImpl *impl, const AttnProblem *p, const RunCtx *ctx,
+                                   Direction dir)
+{
+    size_t bytes = workspace_size(impl, p, ctx, DIR_FWD);
+    if (dir == DIR_BWD && workspace_size(impl, p, ctx, DIR_BWD) > bytes)
+        bytes = workspace_size(impl, p, ctx, DIR_BWD);
+    return bytes;
+}
+
+/* One timed run: the forward pass, and for DIR_BWD the backward pass after it. */
+static int timed_run(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnTensors *t,
+                     RunCtx *ctx, FlError *err)
+{
+    int rc = impl->forward(p, t, ctx, err);
+    if (rc == FL_OK && dir == DIR_BWD)
+        rc = impl->backward(p, t, ctx, err);
+    return rc;
+}
+
 static int time_cpu(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *opts,
                     int warmup, int reps, double *median, FlError *err)
 {
@@ -163,18 +183,14 @@ static int time_cpu(const StageImpl *impl, Direction dir, const AttnProblem *p, 
     if (rc != FL_OK)
         return rc;
     RunCtx ctx = ctx_with_defaults(opts);
-    /* the backward pass reads o and lse from this implementation's own forward pass */
-    if (dir == DIR_BWD)
-        rc = run_pass(impl, DIR_FWD, p, &t, &ctx, NULL, NULL, err);
-    double *samples = rc == FL_OK ? malloc(sizeof(double) * (size_t)reps) : NULL;
-    if (rc == FL_OK && !samples)
+    double *samples = malloc(sizeof(double) * (size_t)reps);
+    if (!samples)
         rc = fl_fail(err, FL_BAD_INPUT, "out of memory for %d timing samples", reps);
     if (rc == FL_OK)
-        rc = workspace_alloc(impl, workspace_size(impl, p, &ctx, dir), &ctx.workspace, err);
-    AttnFn fn = dir == DIR_FWD ? impl->forward : impl->backward;
+        rc = workspace_alloc(impl, timed_workspace_size(impl, p, &ctx, dir), &ctx.workspace, err);
     for (int i = 0; rc == FL_OK && i < warmup + reps; i++) {
         double start = timer_now_ms();
-        rc = fn(p, &t, &ctx, err);
+        rc = timed_run(impl, dir, p, &t, &ctx, err);
         if (i >= warmup)
             samples[i - warmup] = timer_now_ms() - start;
     }

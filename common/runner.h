@@ -31,9 +31,11 @@ RunCtx runner_ctx_defaults(const RunCtx *opts);
 int runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnTensors *t,
                const RunCtx *opts, RunStats *stats, FlError *err);
 
-/* Median wall time in ms of one pass (dir) over reps runs after warmup runs, counting off.
- * CPU: timer.h clock. CUDA: CUDA events, inputs already on the device, copies not timed.
- * For DIR_BWD the forward pass runs once first (untimed) to produce o and lse. */
+/* Median wall time in ms of reps timed runs after warmup runs, counting off. DIR_FWD times the
+ * forward pass; DIR_BWD times forward + backward together (each run: the forward pass, then the
+ * backward pass reading that forward's o and lse), as the FlashAttention benchmarks report it.
+ * CPU: timer.h clock. CUDA: CUDA events around both passes, inputs already on the device, copies
+ * not timed. One workspace, the larger of the two passes', serves both. */
 int runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *opts,
                 int warmup, int reps, double *median, FlError *err);
 

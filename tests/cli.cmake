@@ -57,3 +57,11 @@ foreach(case plain_t1 plain_t37_d80_bwd plain_tq_lt_tk)
                    $<TARGET_FILE:test_cli_compare> 03 ${cli_golden}/${case} ${cli_work}/run_${case})
   set_tests_properties(cli_run_${case} PROPERTIES LABELS "cli;cpu")
 endforeach()
+
+# `flashlab run` with do.npy on a stage with a backward pass writes the gradients too.
+foreach(case plain_t37_d80_bwd plain_scale)
+  add_test(NAME cli_run_bwd_${case}
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cli_run_bwd_case.sh $<TARGET_FILE:flashlab>
+                   $<TARGET_FILE:test_cli_compare> 06 ${cli_golden}/${case} ${cli_work}/run_bwd_${case})
+  set_tests_properties(cli_run_bwd_${case} PROPERTIES LABELS "cli;cpu")
+endforeach()

@@ -1,8 +1,10 @@
 /* test_cli_compare.c — compares one .npy file written by `flashlab run` with its golden file:
  *   test_cli_compare GOT.npy WANT.npy
- * using the harness's checker at the forward tolerance (DESIGN §7). Exit 0 when they agree, 1 when
+ * using the harness's checker at the tolerance of DESIGN §7: the gradient tolerance when WANT is a
+ * gradient (dq, dk, dv or dsinks .npy), the forward one otherwise. Exit 0 when they agree, 1 when
  * they differ, 2 when a file cannot be read. */
 #include <stdio.h>
+#include <string.h>
 
 #include "check.h"
 #include "npy.h"
@@ -20,9 +22,11 @@ int main(int argc, char **argv)
         tensor_free(&got);
         return 2;
     }
+    const char *base = strrchr(argv[2], '/') ? strrchr(argv[2], '/') + 1 : argv[2];
+    const double tol = base[0] == 'd' && strcmp(base, "do.npy") != 0 ? CHECK_TOL_BWD : CHECK_TOL_FWD;
     CheckResult r;
     int status = 0;
-    if (check_tensor(&got, &want, CHECK_TOL_FWD, CHECK_TOL_FWD, &r) != 0) {
+    if (check_tensor(&got, &want, tol, tol, &r) != 0) {
         char a[64], b[64];
         fprintf(stderr, "test_cli_compare: %s has shape %s, %s has %s\n", argv[1], tensor_shape_str(&got, a, sizeof a),
                 argv[2], tensor_shape_str(&want, b, sizeof b));

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # gpu-check.sh — build and check flashlab on a GPU machine, from the repository root:
 #   unpack .deps/*.deb (OpenBLAS, cJSON) into /opt/deps, configure a Release build in build-gpu,
-#   build, run `ctest -L gpu`, compute-sanitizer (memcheck + racecheck) on every CUDA stage's check,
-#   `flashlab tour --device all`, `flashlab bench --device cuda --json`, PyTorch SDPA on the same
-#   shapes (tools/sdpa_bench.py), and last a summary table: ours vs SDPA.
+#   build, run `ctest -L gpu`, compute-sanitizer (memcheck + racecheck) on every CUDA implementation's
+#   check (each stage and variant; fwd+bwd where a case has do.npy), `flashlab tour --device all`,
+#   `flashlab bench --device cuda --json` forward (every CUDA stage) and forward+backward
+#   (`--direction bwd`, the stages with a backward), PyTorch SDPA on the same shapes in both
+#   directions (tools/sdpa_bench.py), and last the summary tables: ours vs SDPA.
 # Everything is written under $OUT (default ./gpu-out); the summary also goes to stdout.
 #
 # Environment:
@@ -12,6 +14,8 @@
 #   SKIP_TESTS=1 SKIP_SANITIZER=1 SKIP_TOUR=1 SKIP_BENCH=1 SKIP_SDPA=1   leave a part out
 #   BENCH_ONLY=1          only build + bench + SDPA + summary (a cheap timing iteration)
 #   BENCH_ARGS="--T 1024,4096 --reps 5"   extra flags for `flashlab bench` (and T/d/B/H for SDPA)
+#   BENCH_STAGES=05,06    only these stages in the bench (default: every CUDA stage)
+#   SANITIZE_STAGES=06    only these stages under compute-sanitizer (default: every CUDA stage)
 #   REPS=10               timed runs per shape (flashlab and SDPA)
 # Exit status: 0 when every part that ran passed, else 1.
 set -uo pipefail
@@ -67,17 +71,28 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   grep -E "tests passed|Failed|\*\*\*|Skipped" "$OUT/ctest.log" | tail -15
 fi
 
+in_list() { # in_list ITEM "a,b,c" (an empty list holds everything)
+  [ -z "$2" ] && return 0
+  case ",$2," in *",$1,"*) return 0 ;; esac
+  return 1
+}
+
 if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
-  step "compute-sanitizer memcheck + racecheck on each CUDA stage's check"
-  : >"$OUT/sanitizer.log"
-  for s in $cuda_stages; do
+  step "compute-sanitizer memcheck + racecheck on each CUDA implementation's check"
+  : >"$OUT/sanitizer.log"; rm -f "$OUT/sanitizer.failed"
+  # one line per CUDA implementation: "STAGE VARIANT" (variant "-" = the default one)
+  "$FLASHLAB" list | awk '$3 == "cuda" { print $1, $4 }' | while read -r s v; do
+    in_list "$s" "${SANITIZE_STAGES:-}" || continue
+    variant=$([ "$v" = "-" ] && echo "" || echo "$v")
     for tool in memcheck racecheck; do
-      compute-sanitizer --tool $tool --error-exitcode 9 "$FLASHLAB" check "$s" --device cuda >>"$OUT/sanitizer.log" 2>&1
-      status=$?; record "compute-sanitizer $tool check $s" $status
-      printf '%-10s stage %s: %s\n' "$tool" "$s" "$([ $status -eq 0 ] && echo clean || echo "FAILED (exit $status)")" |
+      compute-sanitizer --tool $tool --error-exitcode 9 "$FLASHLAB" check "$s" --device cuda --variant "$variant" >>"$OUT/sanitizer.log" 2>&1
+      status=$?
+      printf '%-10s stage %s %-13s: %s\n' "$tool" "$s" "${variant:-(default)}" "$([ $status -eq 0 ] && echo clean || echo "FAILED (exit $status)")" |
         tee -a "$OUT/sanitizer.log"
+      [ $status -eq 0 ] || echo "FAILED $tool $s $variant" >>"$OUT/sanitizer.failed"
     done
   done
+  if [ -s "$OUT/sanitizer.failed" ]; then record "compute-sanitizer" 1; fi
 fi
 
 if [ "${SKIP_TOUR:-0}" != 1 ]; then
@@ -87,25 +102,45 @@ if [ "${SKIP_TOUR:-0}" != 1 ]; then
 fi
 
 # ---- benchmark: ours, then PyTorch SDPA on the same shapes -----------------------------------------
+bench_stages=${BENCH_STAGES:-$(echo "$cuda_stages" | paste -sd, -)}
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  step "flashlab bench --device cuda --d 64,128 --reps $REPS $BENCH_ARGS"
+  step "flashlab bench --device cuda --stages $bench_stages --d 64,128 --reps $REPS $BENCH_ARGS (fwd, then fwd+bwd)"
   # shellcheck disable=SC2086
-  "$FLASHLAB" bench --device cuda --d 64,128 --reps "$REPS" $BENCH_ARGS --json >"$OUT/bench.json"
-  record "bench" $?
+  "$FLASHLAB" bench --device cuda --stages "$bench_stages" --d 64,128 --reps "$REPS" $BENCH_ARGS --json >"$OUT/bench_fwd.json"
+  record "bench fwd" $?
+  # shellcheck disable=SC2086
+  "$FLASHLAB" bench --device cuda --stages "$bench_stages" --direction bwd --d 64,128 --reps "$REPS" $BENCH_ARGS \
+    --json >"$OUT/bench_bwd.json"
+  record "bench fwd+bwd" $?
+  python3 - "$OUT/bench_fwd.json" "$OUT/bench_bwd.json" >"$OUT/bench.json" <<'PY'
+import json, sys
+rows = []
+for path in sys.argv[1:]:
+    try:
+        rows += json.load(open(path))
+    except (OSError, ValueError):
+        pass  # a direction with no rows (no stage has a backward) prints nothing
+print(json.dumps(rows, indent=1))
+PY
 fi
 if [ "${SKIP_SDPA:-0}" != 1 ]; then
-  step "PyTorch SDPA (float32, TF32 off) on the same shapes"
+  step "PyTorch SDPA (float32, TF32 off) on the same shapes, fwd and fwd+bwd"
   sdpa_args=()
   for flag in --T --d --B --H; do # pass the bench's own overrides through
     value=$(echo " $BENCH_ARGS " | sed -n "s/.* $flag \([^ ]*\) .*/\1/p")
     [ -n "$value" ] && sdpa_args+=("$flag" "$value")
   done
-  PYTHONUNBUFFERED=1 python3 tools/sdpa_bench.py --reps "$REPS" "${sdpa_args[@]}" --json "$OUT/sdpa.json"
-  record "sdpa_bench" $?
+  for direction in fwd bwd; do
+    PYTHONUNBUFFERED=1 python3 tools/sdpa_bench.py --direction $direction --reps "$REPS" "${sdpa_args[@]}" \
+      --json "$OUT/sdpa_$direction.json"
+    record "sdpa_bench $direction" $?
+  done
 fi
-if [ -s "$OUT/bench.json" ] && [ -s "$OUT/sdpa.json" ]; then
+if [ -s "$OUT/bench.json" ] && [ -s "$OUT/sdpa_fwd.json" ]; then
   step "summary"
-  python3 tools/sdpa_bench.py --compare "$OUT/bench.json" "$OUT/sdpa.json" | tee "$OUT/summary.txt"
+  sdpa_files=("$OUT/sdpa_fwd.json")
+  [ -s "$OUT/sdpa_bwd.json" ] && sdpa_files+=("$OUT/sdpa_bwd.json")
+  python3 tools/sdpa_bench.py --compare "$OUT/bench.json" "${sdpa_files[@]}" | tee "$OUT/summary.txt"
 fi
 
 echo

@@ -3,14 +3,17 @@
 
 Times PyTorch's scaled_dot_product_attention in float32 (TF32 off) with the memory-efficient and
 the math backends on the shapes of flashlab's CUDA bench (self-attention, Hq = Hkv = H, d = dv,
-non-causal forward), with CUDA events after warm-up, and reports the median time and TFLOP/s with
-FLOPs = 4*B*H*T^2*d (the count flashlab uses). A shape a backend cannot run (the math backend
-materialises B*H*T*T scores and runs out of memory at T = 16384) is reported as skipped.
+non-causal), with CUDA events after warm-up, and reports the median time and TFLOP/s with
+FLOPs = 4*B*H*T^2*d forward (the count flashlab uses). --direction bwd times forward + backward
+through autograd (out = SDPA(q, k, v); out.backward(dO)), FLOPs 3.5x forward, like
+`flashlab bench --direction bwd`. A shape a backend cannot run (the math backend materialises
+B*H*T*T scores and runs out of memory at T = 16384) is reported as skipped.
 
 PyTorch is needed only here, on the GPU machine; nothing in the C build uses this script.
 
   python3 tools/sdpa_bench.py                              # defaults = flashlab bench --device cuda
   python3 tools/sdpa_bench.py --T 1024,4096 --d 128 --json sdpa.json
+  python3 tools/sdpa_bench.py --direction bwd --json sdpa_bwd.json   # forward + backward
   python3 tools/sdpa_bench.py --compare bench.json sdpa.json   # summary table: ours vs SDPA
 """
 import argparse
@@ -27,23 +30,30 @@ def int_list(text):
     return [int(x) for x in text.split(",") if x]
 
 
-def flops(B, H, T, d):
-    return 4.0 * B * H * T * T * d
+def flops(B, H, T, d, direction="fwd"):
+    forward = 4.0 * B * H * T * T * d
+    return 3.5 * forward if direction == "bwd" else forward
 
 
-def time_sdpa(torch, backend, B, H, T, d, warmup, reps):
-    """Median ms of `reps` runs, each timed with its own pair of CUDA events."""
+def time_sdpa(torch, backend, B, H, T, d, warmup, reps, direction="fwd"):
+    """Median ms of `reps` runs, each timed with its own pair of CUDA events; a bwd run is the
+    forward and the backward through autograd."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
 
     gen = torch.Generator(device="cuda").manual_seed(T * 131 + d)
-    q, k, v = (torch.randn(B, H, T, d, device="cuda", dtype=torch.float32, generator=gen) for _ in range(3))
+    bwd = direction == "bwd"
+    q, k, v, dout = (torch.randn(B, H, T, d, device="cuda", dtype=torch.float32, generator=gen) for _ in range(4))
+    for x in (q, k, v):
+        x.requires_grad_(bwd)
     samples = []
     with sdpa_kernel(getattr(SDPBackend, backend)):
         for i in range(warmup + reps):
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            F.scaled_dot_product_attention(q, k, v)
+            out = F.scaled_dot_product_attention(q, k, v)
+            if bwd:
+                out.backward(dout)
             stop.record()
             stop.synchronize()
             if i >= warmup:
@@ -62,10 +72,11 @@ def run_bench(args):
     for backend in BACKENDS:
         for T in int_list(args.T):
             for d in int_list(args.d):
-                row = {"backend": backend, "device": device, "B": args.B, "H": args.H, "T": T, "d": d,
-                       "flops": flops(args.B, args.H, T, d), "time_ms": None, "tflops_per_s": None, "note": None}
+                row = {"backend": backend, "device": device, "direction": args.direction, "B": args.B,
+                       "H": args.H, "T": T, "d": d, "flops": flops(args.B, args.H, T, d, args.direction),
+                       "time_ms": None, "tflops_per_s": None, "note": None}
                 try:
-                    ms = time_sdpa(torch, backend, args.B, args.H, T, d, args.warmup, args.reps)
+                    ms = time_sdpa(torch, backend, args.B, args.H, T, d, args.warmup, args.reps, args.direction)
                     row["time_ms"] = ms
                     row["tflops_per_s"] = row["flops"] / (ms * 1e9)
                 except torch.OutOfMemoryError:
@@ -81,20 +92,33 @@ def run_bench(args):
 
 def print_sdpa_row(row):
     value = ("%10.3f  %8.2f" % (row["time_ms"], row["tflops_per_s"])) if row["time_ms"] else row["note"]
-    print("sdpa %-20s B=%d H=%d T=%-6d d=%-4d %s" % (row["backend"], row["B"], row["H"], row["T"], row["d"], value),
-          flush=True)
+    print("sdpa %-20s %s B=%d H=%d T=%-6d d=%-4d %s" % (row["backend"], row.get("direction", "fwd"), row["B"],
+                                                       row["H"], row["T"], row["d"], value), flush=True)
 
 
-def compare(flashlab_json, sdpa_json):
-    """One table per (T, d): each flashlab CUDA stage and each SDPA backend, TFLOP/s and ratios."""
+def compare(flashlab_json, sdpa_jsons):
+    """One table per direction and (T, d): each flashlab CUDA implementation and each SDPA
+    backend, TFLOP/s and the ratios to SDPA's memory-efficient and math backends."""
     with open(flashlab_json) as f:
-        ours = [r for r in json.load(f) if r.get("device") == "cuda" and r.get("direction") == "fwd"]
-    with open(sdpa_json) as f:
-        theirs = json.load(f)
+        ours_all = [r for r in json.load(f) if r.get("device") == "cuda"]
+    theirs_all = []
+    for path in sdpa_jsons:
+        with open(path) as f:
+            theirs_all += json.load(f)
+    device = theirs_all[0]["device"] if theirs_all else "?"
+    for direction in ("fwd", "bwd"):
+        ours = [r for r in ours_all if r.get("direction") == direction]
+        theirs = [r for r in theirs_all if r.get("direction", "fwd") == direction]
+        if ours or theirs:
+            compare_direction(direction, ours, theirs, device)
+
+
+def compare_direction(direction, ours, theirs, device):
     ref = {(r["T"], r["d"], r["backend"]): r for r in theirs}
-    device = theirs[0]["device"] if theirs else "?"
-    print("summary (%s, float32, non-causal forward, TFLOP/s = 4*B*H*T^2*d / time)" % device)
-    print("%-6s %-4s  %-26s %9s %9s  %12s %12s" % ("T", "d", "implementation", "time ms", "TFLOP/s",
+    what = "forward + backward, TFLOP/s = 3.5*4*B*H*T^2*d / time" if direction == "bwd" else \
+        "forward, TFLOP/s = 4*B*H*T^2*d / time"
+    print("summary (%s, float32, non-causal %s)" % (device, what))
+    print("%-6s %-4s  %-30s %9s %9s  %12s %12s" % ("T", "d", "implementation", "time ms", "TFLOP/s",
                                                  "vs mem-eff", "vs math"))
     shapes = sorted({(r["Tq"], r["d"]) for r in ours} | {(r["T"], r["d"]) for r in theirs})
     for T, d in shapes:
@@ -108,12 +132,13 @@ def compare(flashlab_json, sdpa_json):
         for name, r in lines:
             if not r or r.get("tflops_per_s") is None:
                 note = (r or {}).get("note") or "not run"
-                print("%-6d %-4d  %-26s %s" % (T, d, name, note[:70]))
+                print("%-6d %-4d  %-30s %s" % (T, d, name, note[:70]))
                 continue
             def ratio(base):
                 return "%11.2fx" % (r["tflops_per_s"] / base["tflops_per_s"]) if base and base["tflops_per_s"] else "%12s" % "-"
-            print("%-6d %-4d  %-26s %9.3f %9.2f  %s %s" % (T, d, name, r["time_ms"], r["tflops_per_s"],
+            print("%-6d %-4d  %-30s %9.3f %9.2f  %s %s" % (T, d, name, r["time_ms"], r["tflops_per_s"],
                                                           ratio(eff), ratio(math)))
+    print()
 
 
 def main():
@@ -122,14 +147,19 @@ def main():
     ap.add_argument("--H", type=int, default=DEFAULT_H)
     ap.add_argument("--T", default=DEFAULT_T, help="comma-separated sequence lengths")
     ap.add_argument("--d", default=DEFAULT_D, help="comma-separated head dims")
+    ap.add_argument("--direction", choices=("fwd", "bwd"), default="fwd",
+                    help="fwd: the forward pass; bwd: forward + backward through autograd")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json", metavar="PATH", help="write the rows as a JSON array here")
-    ap.add_argument("--compare", nargs=2, metavar=("FLASHLAB_JSON", "SDPA_JSON"),
-                    help="print the summary table of a `flashlab bench --json` file against a --json file of this script")
+    ap.add_argument("--compare", nargs="+", metavar="JSON",
+                    help="FLASHLAB_JSON SDPA_JSON [SDPA_JSON...]: summary tables (one per direction) of a "
+                         "`flashlab bench --json` file (fwd and bwd rows may be concatenated) against this script's --json files")
     args = ap.parse_args()
     if args.compare:
-        compare(*args.compare)
+        if len(args.compare) < 2:
+            ap.error("--compare needs FLASHLAB_JSON and at least one SDPA_JSON")
+        compare(args.compare[0], args.compare[1:])
         return 0
     rows = run_bench(args)
     if args.json:
