@@ -15,6 +15,7 @@
 #define FLASHLAB_CUDA_TILES_CUH
 
 #include <cuda_runtime.h>
+#include <math.h>
 
 // ---- cp.async: global -> shared without passing through registers (sm_80+) --------------------
 // src_bytes < size zero-fills the rest, which is how rows past T and columns past d become 0.
@@ -215,19 +216,33 @@ __device__ __forceinline__ void atomic_add_row(float *row, const float4 (&x)[OQ]
     }
 }
 
-// Sum of x over the whole thread block (blockDim.x a multiple of 32, at most 1024); every thread
-// gets the result. `scratch` is 32 floats of shared memory; the call synchronises the block.
-__device__ __forceinline__ float block_sum(float x, float *scratch)
+// Reductions over the whole thread block (blockDim.x a multiple of 32, at most 1024); every
+// thread gets the result. `scratch` is 32 floats of shared memory; the call synchronises the block.
+// `pad` is the reduction's identity (0 for a sum, -inf for a max), used for the missing warps.
+template <class Op>
+__device__ __forceinline__ float block_reduce(float x, float *scratch, float pad, Op op)
 {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    x = row_sum<32>(x);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        x = op(x, __shfl_xor_sync(0xffffffffu, x, off));
     if (lane == 0)
         scratch[warp] = x;
     __syncthreads();
-    x = lane < warps ? scratch[lane] : 0.0f;
-    x = row_sum<32>(x);
+    x = lane < warps ? scratch[lane] : pad;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        x = op(x, __shfl_xor_sync(0xffffffffu, x, off));
     __syncthreads(); // scratch may be reused
     return x;
+}
+__device__ __forceinline__ float block_sum(float x, float *scratch)
+{
+    return block_reduce(x, scratch, 0.0f, [](float u, float w) { return u + w; });
+}
+__device__ __forceinline__ float block_max(float x, float *scratch)
+{
+    return block_reduce(x, scratch, -INFINITY, [](float u, float w) { return fmaxf(u, w); });
 }
 
 #endif

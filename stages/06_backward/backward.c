@@ -436,13 +436,13 @@ static int grad_arenas_make(const AttnProblem *p, const Blocking *b, size_t work
     int rc = FL_OK;
     size_t made = 0;
     if (!arenas || !tiles)
-        rc = fl_fail(err, FL_BAD_INPUT, "stage 06: out of host memory for %zu SRAM arenas", workers);
+        rc = fl_fail(err, FL_BAD_INPUT, "flash backward: out of host memory for %zu SRAM arenas", workers);
     for (; rc == FL_OK && made < workers; made++) {
         if (sram_init(&arenas[made], b->M) != 0)
-            rc = fl_fail(err, FL_BAD_INPUT, "stage 06: out of host memory for an SRAM arena of M=%zu bytes", b->M);
+            rc = fl_fail(err, FL_BAD_INPUT, "flash backward: out of host memory for an SRAM arena of M=%zu bytes", b->M);
         else if (!grad_tiles_alloc(&arenas[made], p, b, &tiles[made]))
             rc = fl_fail(err, FL_BAD_INPUT,
-                         "stage 06: backward tiles do not fit in SRAM: M=%zu bytes, Br=%zu, Bc=%zu, d=%d, dv=%d "
+                         "flash backward: tiles do not fit in SRAM: M=%zu bytes, Br=%zu, Bc=%zu, d=%d, dv=%d "
                          "need 2*Bc*(d+dv)+Br*(2d+dv+2)+2*Br*Bc floats; raise --sram or lower the block sizes",
                          b->M, b->Br, b->Bc, p->d, p->dv);
     }
