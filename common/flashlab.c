@@ -1173,6 +1173,18 @@ static int run_diff(const char *a, const char *b)
     return FL_OK;
 }
 
+/* Index of `name` in names[0..n), or -1. */
+static int name_index(char names[][256], int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(names[i], name))
+            return i;
+    return -1;
+}
+
+/* One kind of file of stages fa and fb: files with the same name are diffed (or the only file of
+ * each, when both have exactly one); a file new in fb is shown in full as added lines (it is part
+ * of the lesson); a file only in fa is named. */
 static int diff_kind(const char *fa, const char *fb, const char *kind)
 {
     char a[8][256], b[8][256];
@@ -1180,34 +1192,25 @@ static int diff_kind(const char *fa, const char *fb, const char *kind)
     if (na == 0 && nb == 0)
         return FL_OK;
     printf("==== %s ====\n", kind);
-    if (na == 0 || nb == 0) {
-        printf("stages/%s has no %s file%s\n", na ? fb : fa, kind, kind[0] == '.' ? "" : " (README)");
-        return FL_OK;
-    }
+    const int single = na == 1 && nb == 1;
     int rc = FL_OK;
+    char pa[4400], pb[4400];
     for (int i = 0; i < na; i++) {
-        /* one file each: diff them; several: pair by name, the first with the first otherwise */
-        int j = -1;
-        for (int m = 0; m < nb; m++)
-            if (!strcmp(a[i], b[m]))
-                j = m;
-        if (j < 0 && na == 1 && nb == 1)
-            j = 0;
+        const int j = single ? 0 : name_index(b, nb, a[i]);
+        snprintf(pa, sizeof pa, "stages/%s/%s", fa, a[i]);
         if (j < 0) {
             printf("only in stages/%s: %s\n", fa, a[i]);
             continue;
         }
-        char pa[4400], pb[4400];
-        snprintf(pa, sizeof pa, "stages/%s/%s", fa, a[i]);
         snprintf(pb, sizeof pb, "stages/%s/%s", fb, b[j]);
         rc = worse(rc, run_diff(pa, pb));
     }
-    for (int m = 0; m < nb && !(na == 1 && nb == 1); m++) {
-        int paired = 0;
-        for (int i = 0; i < na; i++)
-            paired |= !strcmp(a[i], b[m]);
-        if (!paired)
-            printf("only in stages/%s: %s\n", fb, b[m]);
+    for (int m = 0; m < nb && !single; m++) {
+        if (name_index(a, na, b[m]) >= 0)
+            continue;
+        printf("new in stages/%s: %s\n", fb, b[m]);
+        snprintf(pb, sizeof pb, "stages/%s/%s", fb, b[m]);
+        rc = worse(rc, run_diff("/dev/null", pb));
     }
     return rc;
 }
@@ -1222,8 +1225,8 @@ static int cmd_diff(Options *o)
         rc = stage_folder(o->positional[1], fb, sizeof fb);
     if (rc != FL_OK)
         return rc;
-    static const char *kinds[] = {".c", ".cu", "README.md"};
-    for (int k = 0; k < 3; k++)
+    static const char *kinds[] = {".h", ".c", ".cu", "README.md"};
+    for (int k = 0; k < 4; k++)
         rc = worse(rc, diff_kind(fa, fb, kinds[k]));
     return rc;
 }
@@ -1306,9 +1309,10 @@ static const Command commands[] = {
      "Exit: 0 ok; 1 a run failed (its row shows why; e.g. out of memory); 2 bad usage; 77 no CUDA\n"
      "device for --device cuda.\n"},
     {"diff", cmd_diff, "flashlab diff A B",
-     "The lesson diff: for each kind of source (.c, .cu, README.md) found in either stage folder, runs\n"
-     "the system 'diff -u' of stage A's file against stage B's (paths relative to the source tree), and\n"
-     "says when a stage lacks that kind. A and B are stage numbers or folder names (6, 06, 06_backward).\n"
+     "The lesson diff: for each kind of source (.h, .c, .cu, README.md) found in either stage folder,\n"
+     "runs the system 'diff -u' of stage A's file against stage B's (paths relative to the source tree).\n"
+     "A file new in B is shown in full as added lines (diff against /dev/null); a file only in A is\n"
+     "named. A and B are stage numbers or folder names (6, 06, 06_backward).\n"
      "Exit: 0 (differences are the point); 2 a stage folder does not exist or diff cannot run.\n"},
 };
 #define NCOMMANDS (int)(sizeof commands / sizeof commands[0])

@@ -56,6 +56,7 @@
 
 #include "attn.h"
 #include "hbm.h"
+#include "mask.h"
 #include "parallel.h"
 
 /* The slices of one head bh = b * Hq + h (Hq == Hkv until stage 08 adds GQA). */
@@ -84,57 +85,14 @@ static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
-/* The causal mask, bottom-right aligned (DESIGN §3). With `on` false every row sees every key. */
-typedef struct {
-    int on;
-    long offset; /* Tk - Tq: the position of query row 0 */
-    size_t Tk;
-} Causal;
-
-static Causal causal_of(const AttnProblem *p)
-{
-    return (Causal){p->causal != 0, (long)p->Tk - (long)p->Tq, (size_t)p->Tk};
-}
-
-/* How many keys (from key 0) query row `row` sees: keys j <= row + offset, at most Tk. */
-static size_t keys_seen(const Causal *c, size_t row)
-{
-    if (!c->on)
-        return c->Tk;
-    const long n = (long)row + c->offset + 1;
-    return n <= 0 ? 0 : min_size((size_t)n, c->Tk);
-}
-
-/* The first query row that sees key `key`: the rows before it lie above the diagonal. */
-static size_t first_row_seeing(const Causal *c, size_t key)
-{
-    const long r = (long)key - c->offset;
-    return !c->on || r <= 0 ? 0 : (size_t)r;
-}
-
-/* Of the keys [j0, j0 + n), how many query row `row` sees (a prefix: they are in order). */
-static size_t seen_in_tile(const Causal *c, size_t row, size_t j0, size_t n)
-{
-    const size_t seen = keys_seen(c, row);
-    return seen <= j0 ? 0 : min_size(n, seen - j0);
-}
-
-/* Does the tile (rows from i0, keys [j0, j0 + n)) cross the diagonal, i.e. does its first row
- * miss one of its keys? Only such tiles need the mask. */
-static int crosses(const Causal *c, size_t i0, size_t j0, size_t n)
-{
-    return c->on && seen_in_tile(c, i0, j0, n) < n;
-}
-
 /* Sets the keys each row does not see to `value` in a (rows, n) tile of scores (-inf) or
  * probabilities (0): rows from i0, keys from j0. Tiles that do not cross the diagonal are left. */
-static void mask_tile(const Causal *c, float *tile, size_t i0, size_t rows, size_t j0, size_t n,
-                      float value)
+static void mask_tile(Causal c, float *tile, size_t i0, size_t rows, size_t j0, size_t n, float value)
 {
-    if (!crosses(c, i0, j0, n))
+    if (!crosses(c, (int)i0, (int)j0, (int)n))
         return;
     for (size_t i = 0; i < rows; i++)
-        for (size_t j = seen_in_tile(c, i0 + i, j0, n); j < n; j++)
+        for (size_t j = (size_t)seen_in_tile(c, (int)(i0 + i), (int)j0, (int)n); j < n; j++)
             tile[i * n + j] = value;
 }
 
@@ -219,9 +177,9 @@ static void fa2_block(const AttnProblem *p, const Head x, size_t i0, const Tiles
 {
     const size_t Tq = p->Tq, d = p->d, dv = p->dv, Br = b->Br, Bc = b->Bc;
     const size_t rows = min_size(Br, Tq - i0); /* rows in block i; the last may be short */
-    const Causal causal = causal_of(p);
+    const Causal causal = causal_make(p->causal, p->Tq, p->Tk);
     /* Keys up to the block's last row's position; the chunks past them are never loaded. */
-    const size_t Tk = keys_seen(&causal, i0 + rows - 1);
+    const size_t Tk = (size_t)keys_seen(causal, (int)(i0 + rows - 1));
 
     hbm_load(hbm, s->Q, x.q + i0 * d, rows * d); /* Q_i  (rows, d), read once */
     // Õ_i = 0, m_i = -inf, l_i = 0, in SRAM
@@ -241,7 +199,7 @@ static void fa2_block(const AttnProblem *p, const Head x, size_t i0, const Tiles
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)n, (int)d, p->scale,
                     s->Q, (int)d, s->K, (int)d, 0.0f, s->S, (int)n);
         // Only a chunk that crosses the diagonal is masked: S = -inf past each row's position
-        mask_tile(&causal, s->S, i0, rows, j0, n, -INFINITY);
+        mask_tile(causal, s->S, i0, rows, j0, n, -INFINITY);
 
         // P~ = exp(S - m_new) in place; m_i, l_i updated; alpha = exp(m - m_new)
         for (size_t i = 0; i < rows; i++)
@@ -434,7 +392,7 @@ static void grad_tile(const AttnProblem *p, const Head x, const float *D, size_t
                       size_t j0, size_t n, const GradTiles *s, HbmCounter *hbm)
 {
     const size_t d = p->d, dv = p->dv;
-    const Causal causal = causal_of(p);
+    const Causal causal = causal_make(p->causal, p->Tq, p->Tk);
     hbm_load(hbm, s->Q, x.q + i0 * d, rows * d);        /* Q_i   (rows, d) */
     hbm_load(hbm, s->dO, x.dout + i0 * dv, rows * dv);  /* dO_i  (rows, dv) */
     hbm_load(hbm, s->lse, x.lse + i0, rows);            /* lse_i (rows) */
@@ -447,7 +405,7 @@ static void grad_tile(const AttnProblem *p, const Head x, const float *D, size_t
                 s->Q, (int)d, s->K, (int)d, 1.0f, s->P, (int)n);
     // P = exp(S - lse_i)   (rows, n), recomputed from the saved lse; 0 above the diagonal
     exp_shifted(s->P, rows * n, 0.0f);
-    mask_tile(&causal, s->P, i0, rows, j0, n, 0.0f);
+    mask_tile(causal, s->P, i0, rows, j0, n, 0.0f);
     // dV_j += P^T dO_i   (n, dv)
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, (int)dv, (int)rows, 1.0f,
                 s->P, (int)n, s->dO, (int)dv, 1.0f, s->dV, (int)dv);
@@ -474,7 +432,7 @@ static void grad_head(const AttnProblem *p, const Head x, float *D, const GradTi
                       const Blocking *b, HbmCounter *hbm)
 {
     const size_t Tq = p->Tq, Tk = p->Tk, d = p->d, dv = p->dv, Br = b->Br, Bc = b->Bc;
-    const Causal causal = causal_of(p);
+    const Causal causal = causal_make(p->causal, p->Tq, p->Tk);
     rowsum_dO_O(p, x, D, &s->a, b, hbm);
     // dQ = 0   (Tq, d): one pass; the inner loop accumulates into it
     memset(x.dq, 0, Tq * d * sizeof(float));
@@ -488,7 +446,7 @@ static void grad_head(const AttnProblem *p, const Head x, float *D, const GradTi
         memset(s->dK, 0, n * d * sizeof(float));
         memset(s->dV, 0, n * dv * sizeof(float));
         // Q blocks from the first one that sees K_j; the ones above the diagonal are skipped
-        for (size_t i0 = first_row_seeing(&causal, j0) / Br * Br; i0 < Tq; i0 += Br)
+        for (size_t i0 = (size_t)first_row_seeing(causal, (int)j0) / Br * Br; i0 < Tq; i0 += Br)
             grad_tile(p, x, D, i0, min_size(Br, Tq - i0), j0, n, s, hbm);
         hbm_store(hbm, x.dk + j0 * d, s->dK, n * d);    /* dK_j, once */
         hbm_store(hbm, x.dv + j0 * dv, s->dV, n * dv);  /* dV_j, once */
@@ -593,11 +551,11 @@ static int naive_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlE
 
     // Pass 2: P = exp(S - lse) row by row, in place, from the forward's lse; 0 for the keys a row
     // does not see (the whole score matrix was computed: the mask saves no work here)
-    const Causal causal = causal_of(p);
+    const Causal causal = causal_make(p->causal, p->Tq, p->Tk);
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (long row = 0; row < rows; row++) {
         float *Pr = P + (size_t)row * Tk;
-        const size_t seen = keys_seen(&causal, (size_t)row % Tq);
+        const size_t seen = (size_t)keys_seen(causal, (int)((size_t)row % Tq));
         exp_shifted(Pr, seen, log_p_shift(t->lse[row]));
         fill_row(Pr + seen, Tk - seen, 0.0f);
     }

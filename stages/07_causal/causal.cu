@@ -1,6 +1,6 @@
 /* stages/07_causal/causal.cu — causal FlashAttention-2 forward and backward as CUDA kernels, float32.
  *
- * New in stage 07: the causal mask, bottom-right aligned (struct Causal). A block visits only the
+ * New in stage 07: the causal mask, bottom-right aligned (mask.h, shared with causal.c). A block visits only the
  * tiles on or below the diagonal: the forward's K/V loop stops at the tile holding the last
  * row's position, the backward's query loop starts at the first tile that sees K_j, and only the
  * tiles that cross the diagonal mask anything. Rows that see no key give O = 0, lse = -inf and
@@ -39,38 +39,12 @@
 #include "cuda_tiles.cuh"
 #include "cuda_util.h"
 #include "error.h"
+#include "mask.h"
 
 namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-
-// The causal mask, bottom-right aligned (DESIGN §3): query row i sits at position i + Tk - Tq and
-// sees the keys j <= i + Tk - Tq. Rows with i + Tk - Tq < 0 (only when Tq > Tk) see no key.
-// Every decision below is integer arithmetic on tile corners; with `on` false nothing is masked.
-struct Causal {
-    bool on;
-    int offset; // Tk - Tq: the position of query row 0
-
-    // How many keys (from key 0) query row `row` sees.
-    __host__ __device__ int keys_seen(int row, int Tk) const
-    {
-        return on ? max(0, min(Tk, row + offset + 1)) : Tk;
-    }
-    // The first query row that sees key `key` (rows before it are above the diagonal).
-    __device__ int first_row_seeing(int key) const { return on ? max(0, key - offset) : 0; }
-    // Does the tile pair (query rows from q0, keys [kv0, kv0 + rows_kv)) cross the diagonal, i.e.
-    // does its first row miss one of its keys? Only such tiles need the mask.
-    __device__ bool crosses(int q0, int kv0, int rows_kv) const
-    {
-        return on && kv0 + rows_kv - 1 > q0 + offset;
-    }
-    // Of the tile's keys [kv0, kv0 + rows_kv), query row `row` sees the first n (n <= 0: none).
-    __device__ int seen_in_tile(bool cross, int row, int kv0, int rows_kv) const
-    {
-        return cross ? min(rows_kv, row + offset + 1 - kv0) : rows_kv;
-    }
-};
 
 struct Fa2Args {
     const float *q, *k, *v;
@@ -116,7 +90,7 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
     const float *v = a.v + (size_t)kvh * a.Tk * a.dv;
     // K/V tiles up to the one holding the last row's last key; the ones above the diagonal are
     // never loaded. 0 when no row of Q_i sees a key.
-    const int n_tiles = ceil_div(a.causal.keys_seen(q0 + rows_q - 1, a.Tk), BC);
+    const int n_tiles = ceil_div(keys_seen(a.causal, q0 + rows_q - 1), BC);
 
     // Prologue: Q_i, K_0, V_0 in flight, three commit groups.
     load_tile<BR, D, T::QS, NT>(Qs, q, rows_q, a.d, a.vec_qk, tid);
@@ -155,10 +129,11 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
         // Online softmax in registers (base 2): m_new = max(m, rowmax S), P = exp2(S - m_new),
         // l = exp2(m - m_new) l + rowsum P, Õ = exp2(m - m_new) Õ. Keys a row does not see (past
         // Tk, or past its position in a tile that crosses the diagonal) get -inf.
-        const bool cross = a.causal.crosses(q0, kv0, rows_kv);
+        const bool cross = crosses(a.causal, q0, kv0, rows_kv);
 #pragma unroll
         for (int i = 0; i < TM; i++) {
-            const int seen = a.causal.seen_in_tile(cross, q0 + rg + RG * i, kv0, rows_kv);
+            const int row = q0 + rg + RG * i;
+            const int seen = cross ? seen_in_tile(a.causal, row, kv0, rows_kv) : rows_kv;
             float mx = -INFINITY;
 #pragma unroll
             for (int j = 0; j < TN; j++) {
@@ -381,11 +356,13 @@ __device__ __forceinline__ void p_and_dp(const BwdSmem<T> &sm, const BwdArgs &a,
     float s[T::STM][T::STN];
     zero(s);
     mma_abt<T::STM, T::STN, T::SRG, T::SCG, T::D, T::QS, T::QS>(s, sm.Qs, sm.Ks, srg, scg);
-    const bool cross = a.causal.crosses(q0, kv0, rows_kv);
+    const bool cross = crosses(a.causal, q0, kv0, rows_kv);
 #pragma unroll
     for (int i = 0; i < T::STM; i++) {
         const int r = srg + T::SRG * i;
-        const int seen = r < rows_q ? a.causal.seen_in_tile(cross, q0 + r, kv0, rows_kv) : 0;
+        int seen = 0; // rows past Tq see nothing
+        if (r < rows_q)
+            seen = cross ? seen_in_tile(a.causal, q0 + r, kv0, rows_kv) : rows_kv;
         const float lse2 = sm.Ls[r] * kLog2e; // -inf for a row that sees no key: masked below
 #pragma unroll
         for (int j = 0; j < T::STN; j++) {
@@ -436,7 +413,7 @@ __global__ void __launch_bounds__(T::NT, T::MINB) bwd_dkdv_kernel(BwdArgs a)
     const size_t q_row0 = (size_t)bh * a.Tq, kv_row0 = (size_t)kvh * a.Tk + kv0;
     const int n_tiles = (a.Tq + T::BR - 1) / T::BR;
     // The query tiles above the diagonal (rows that see none of K_j) are skipped.
-    const int t0 = a.causal.first_row_seeing(kv0) / T::BR;
+    const int t0 = first_row_seeing(a.causal, kv0) / T::BR;
 
     load_key_tile(sm, a, kv_row0, rows_kv, tid); // K_j, V_j: read once
     if (t0 < n_tiles)                            // Q_t0, dO_t0, lse_t0, D_t0
@@ -522,7 +499,7 @@ __global__ void __launch_bounds__(T::NT, T::MINB) bwd_dq_kernel(BwdArgs a)
     const int q0 = (gridDim.y - 1 - blockIdx.y) * T::BR, rows_q = min(T::BR, a.Tq - q0);
     const size_t q_row0 = (size_t)bh * a.Tq + q0, kv_row0 = (size_t)kvh * a.Tk;
     // K/V tiles up to the last one the tile's last row sees (none above the diagonal).
-    const int n_tiles = ceil_div(a.causal.keys_seen(q0 + rows_q - 1, a.Tk), T::BC);
+    const int n_tiles = ceil_div(keys_seen(a.causal, q0 + rows_q - 1), T::BC);
 
     load_query_tile(sm, a, q_row0, rows_q, tid); // Q_i, dO_i, lse_i, D_i: read once
     if (n_tiles > 0)
@@ -621,7 +598,7 @@ static Fa2Args fa2_args(const AttnProblem *p, AttnTensors *t, const RunCtx *ctx)
     a.q = p->q, a.k = p->k, a.v = p->v, a.o = t->o, a.lse = t->lse;
     a.Tq = p->Tq, a.Tk = p->Tk, a.d = p->d, a.dv = p->dv, a.Hq = p->Hq;
     a.group = p->Hq / p->Hkv;
-    a.causal = Causal{p->causal != 0, p->Tk - p->Tq};
+    a.causal = causal_make(p->causal, p->Tq, p->Tk);
     a.scale_log2 = p->scale * kLog2e;
     const auto aligned = [](const void *x) { return ((uintptr_t)x & 15u) == 0; };
     a.vec_qk = p->d % 4 == 0 && aligned(p->q) && aligned(p->k);
@@ -668,7 +645,7 @@ static BwdArgs bwd_args(const AttnProblem *p, AttnTensors *t, const RunCtx *ctx)
     a.dQ = t->dq, a.dK = t->dk, a.dV = t->dv, a.D = (float *)ctx->workspace;
     a.Tq = p->Tq, a.Tk = p->Tk, a.d = p->d, a.dv = p->dv, a.Hq = p->Hq;
     a.group = p->Hq / p->Hkv;
-    a.causal = Causal{p->causal != 0, p->Tk - p->Tq};
+    a.causal = causal_make(p->causal, p->Tq, p->Tk);
     a.scale = p->scale, a.scale_log2 = p->scale * kLog2e;
     const auto aligned = [](const void *x) { return ((uintptr_t)x & 15u) == 0; };
     a.vec_qk = p->d % 4 == 0 && aligned(p->q) && aligned(p->k);
@@ -739,7 +716,7 @@ static __global__ void naive_softmax_kernel(float *S, float *lse, int Tq, int Tk
 {
     __shared__ float scratch[32];
     const size_t row = blockIdx.x;
-    const int seen = causal.keys_seen((int)(row % Tq), Tk);
+    const int seen = keys_seen(causal, (int)(row % Tq));
     float *s = S + row * Tk;
     float mx = -INFINITY, sum = 0.0f;
     for (int j = threadIdx.x; j < seen; j += blockDim.x)
@@ -778,7 +755,7 @@ static int naive_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlEr
         rc = hbm_dev_add_from_host(hbm, f * n * ((long long)Tq * d + (long long)Tk * d), f * n * TT, err);
     if (rc == FL_OK) {
         naive_softmax_kernel<<<(unsigned)(n * Tq), 256>>>(S, t->lse, Tq, Tk,
-                                                           Causal{p->causal != 0, Tk - Tq}, hbm);
+                                                           causal_make(p->causal, Tq, Tk), hbm);
         rc = fl_cuda_launch_status("naive_softmax_kernel", err);
     }
     if (rc == FL_OK)
@@ -795,7 +772,7 @@ static __global__ void naive_probs_kernel(float *S, const float *lse, int Tq, in
                                           unsigned long long *hbm)
 {
     const size_t row = blockIdx.x;
-    const int seen = causal.keys_seen((int)(row % Tq), Tk);
+    const int seen = keys_seen(causal, (int)(row % Tq));
     const float l = lse[row];
     for (int j = threadIdx.x; j < Tk; j += blockDim.x)
         S[row * Tk + j] = j < seen ? expf(S[row * Tk + j] - l) : 0.0f;
@@ -847,7 +824,7 @@ static int naive_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlE
         rc = hbm_dev_add_from_host(hbm, f * n * ((long long)Tq * d + (long long)Tk * d), f * n * TT, err);
     if (rc == FL_OK) {
         naive_probs_kernel<<<(unsigned)(n * Tq), 256>>>(P, t->lse, Tq, Tk,
-                                                         Causal{p->causal != 0, Tk - Tq}, hbm);
+                                                         causal_make(p->causal, Tq, Tk), hbm);
         rc = fl_cuda_launch_status("naive_probs_kernel", err);
     }
     // dV = P^T dO   (Tk, dv)
