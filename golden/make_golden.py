@@ -191,6 +191,10 @@ CASES = [
          description="MQA with 3 query heads, causal, Tq=23 < Tk=48"),
     case("gqa3_d24_dv40_fwd", 306, B=1, Hq=6, Hkv=2, Tq=27, d=24, dv=40, causal=True, bwd=False,
          description="GQA 3, causal, d=24 != dv=40, forward only"),
+    case("gqa8_causal_t33", 307, B=1, Hq=16, Hkv=2, Tq=33, d=32, causal=True,
+         description="GQA 8 (Hq=16, Hkv=2), causal, T=33"),
+    case("gqa4_causal_tq3_tk40", 308, B=2, Hq=8, Hkv=2, Tq=3, Tk=40, d=16, causal=True,
+         description="GQA 4, causal, Tq=3 queries over Tk=40 keys (a few-token decode step)"),
     # --- sliding window, sink tokens, learned sinks (stage 10) ---------------------------------
     case("window_gt_t", 401, B=1, Hq=2, Tq=37, d=16, window=100,
          description="window W=100 larger than T=37 (same as causal)"),

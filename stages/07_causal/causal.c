@@ -39,7 +39,7 @@
  * Variant "naive": the textbook backward with P and dP materialised in HBM, for comparison (its
  * forward is the FA2 forward above: that variant is about the backward).
  *
- * New in stage 07: the causal mask, bottom-right aligned (struct Causal). Query row i sits at
+ * New in stage 07: the causal mask, bottom-right aligned (mask.h). Query row i sits at
  * position i + Tk - Tq and sees the keys j <= i + Tk - Tq. Tiles wholly above the diagonal are
  * never loaded: the forward's K/V loop stops at the chunk holding the block's last visible key,
  * and the backward's Q loop starts at the first block that sees K_j. Only tiles that cross the
