@@ -52,7 +52,7 @@ typedef struct {
     /* bench */
     const char *stages;
     IntList T, d;
-    int B, H, reps, causal, json;
+    int B, H, Hkv, Tq, reps, causal, json; /* Hkv, Tq: 0 = H, T (self-attention) */
     const char *positional[MAX_POSITIONAL];
     int npositional;
 } Options;
@@ -77,6 +77,8 @@ static const OptionSpec option_specs[] = {
     {"--T", 1, "bench"},
     {"--B", 1, "bench"},
     {"--H", 1, "bench"},
+    {"--Hkv", 1, "bench"},
+    {"--Tq", 1, "bench"},
     {"--d", 1, "bench"},
     {"--causal", 0, "bench"},
     {"--reps", 1, "bench"},
@@ -206,6 +208,10 @@ static int apply_option(Options *o, const char *name, const char *value)
         return parse_int(cmd, name, value, 1, 1 << 16, &o->B);
     if (!strcmp(name, "--H"))
         return parse_int(cmd, name, value, 1, 1 << 16, &o->H);
+    if (!strcmp(name, "--Hkv"))
+        return parse_int(cmd, name, value, 1, 1 << 16, &o->Hkv);
+    if (!strcmp(name, "--Tq"))
+        return parse_int(cmd, name, value, 1, 1 << 24, &o->Tq);
     if (!strcmp(name, "--causal"))
         return o->causal = 1, FL_OK;
     if (!strcmp(name, "--reps"))
@@ -881,23 +887,25 @@ static void bench_inputs_free(BenchInputs *in)
     tensor_free(&in->dout);
 }
 
-/* Seeded normal inputs for a (B, H, T, d) self-attention problem. */
+/* Seeded normal inputs: q, dO (B, H, Tq, d) and k, v (B, Hkv, T, d), with Tq = T and Hkv = H
+ * unless --Tq / --Hkv say otherwise. */
 static int bench_inputs(const Options *o, int T, int d, int with_dout, BenchInputs *in, AttnProblem *p)
 {
     memset(in, 0, sizeof *in);
-    int64_t shape[4] = {o->B, o->H, T, d};
+    const int Tq = o->Tq > 0 ? o->Tq : T, Hkv = o->Hkv > 0 ? o->Hkv : o->H;
+    int64_t q_shape[4] = {o->B, o->H, Tq, d}, kv_shape[4] = {o->B, Hkv, T, d};
     Tensor *all[4] = {&in->q, &in->k, &in->v, &in->dout};
     Rng rng;
     rng_seed(&rng, BENCH_SEED + (uint64_t)T * 131u + (uint64_t)d);
     for (int i = 0; i < (with_dout ? 4 : 3); i++) {
-        if (tensor_alloc_poisoned(all[i], 4, shape) != 0) {
+        if (tensor_alloc_poisoned(all[i], 4, i == 1 || i == 2 ? kv_shape : q_shape) != 0) {
             bench_inputs_free(in);
             return -1;
         }
         rng_fill_normal(&rng, all[i]->data, tensor_numel(all[i]), 1.0f);
     }
     memset(p, 0, sizeof *p);
-    p->B = o->B, p->Hq = o->H, p->Hkv = o->H, p->Tq = T, p->Tk = T, p->d = d, p->dv = d;
+    p->B = o->B, p->Hq = o->H, p->Hkv = Hkv, p->Tq = Tq, p->Tk = T, p->d = d, p->dv = d;
     p->scale = 1.0f / sqrtf((float)d);
     p->causal = o->causal;
     p->q = in->q.data, p->k = in->k.data, p->v = in->v.data;
@@ -955,8 +963,9 @@ static void bench_print_row(const Options *o, const BenchRow *row, int first)
         return;
     }
     char dev[48], r[32], w[32], e[32];
-    printf("%-5s  %-12s  %-3s  %3d  %3d  %6d  %4d  ", row->impl->stage,
-           impl_label(row->impl, dev, sizeof dev), row->dir == DIR_BWD ? "bwd" : "fwd", p->B, p->Hq, p->Tq, p->d);
+    printf("%-5s  %-12s  %-3s  %3d  %3d  %3d  %6d  %6d  %4d  ", row->impl->stage,
+           impl_label(row->impl, dev, sizeof dev), row->dir == DIR_BWD ? "bwd" : "fwd", p->B, p->Hq, p->Hkv,
+           p->Tq, p->Tk, p->d);
     if (row->error) {
         printf("%s\n", row->error);
         return;
@@ -1046,6 +1055,11 @@ static int cmd_bench(Options *o)
         o->H = cuda ? 16 : 8;
     if (o->reps == 0)
         o->reps = cuda ? 20 : 3;
+    if (o->Hkv > 0 && o->H % o->Hkv != 0) {
+        char h[32];
+        snprintf(h, sizeof h, "%d", o->H);
+        return usage_error("bench", "--H %s is not a multiple of --Hkv", h);
+    }
     const StageImpl *chosen[128];
     int n;
     int rc = bench_select(o, chosen, &n);
@@ -1066,8 +1080,8 @@ static int cmd_bench(Options *o)
                 if (rows == 0 && o->json)
                     printf("[");
                 else if (rows == 0)
-                    printf("%-5s  %-12s  %-3s  %3s  %3s  %6s  %4s  %10s  %9s  %9s  %9s  %9s\n", "stage", "device",
-                           "dir", "B", "H", "T", "d", "time ms", cuda ? "TFLOP/s" : "GFLOP/s", "HBM read",
+                    printf("%-5s  %-12s  %-3s  %3s  %3s  %3s  %6s  %6s  %4s  %10s  %9s  %9s  %9s  %9s\n", "stage",
+                           "device", "dir", "B", "Hq", "Hkv", "Tq", "Tk", "d", "time ms", cuda ? "TFLOP/s" : "GFLOP/s", "HBM read",
                            "HBM write", "extra mem");
                 int status = bench_one(o, chosen[s], o->T.values[ti], o->d.values[di], &row, &err);
                 if (status != FL_OK) {
@@ -1292,9 +1306,11 @@ static const Command commands[] = {
      "stage ran; 77 --device cuda without a CUDA device.\n"},
     {"bench", cmd_bench,
      "flashlab bench [--device cpu|cuda] [--stages 01,02,03] [--T 512,1024,2048,4096] [--B 1] [--H 8]\n"
-     "               [--d 64] [--causal] [--direction fwd|bwd] [--reps N] [--sram BYTES]\n"
-     "               [--block-r N] [--block-c N] [--threads N] [--json]",
-     "Times the stages on seeded random self-attention problems (B, H, T, d), Hq = Hkv = H, d = dv.\n"
+     "               [--Hkv N] [--Tq N] [--d 64] [--causal] [--direction fwd|bwd] [--reps N]\n"
+     "               [--sram BYTES] [--block-r N] [--block-c N] [--threads N] [--json]",
+     "Times the stages on seeded random problems: q (B, H, Tq, d), k and v (B, Hkv, T, d), d = dv.\n"
+     "By default Tq = T and Hkv = H (self-attention); --Tq 1 --Hkv 8 --H 32 is a GQA decode step\n"
+     "(stages without the gqa feature then report the row as unsupported).\n"
      "For each (stage implementation, T, d): one counting run (HBM bytes, extra memory) and a timed\n"
      "run: the median of --reps runs after one warm-up, counting off. Prints time in ms, GFLOP/s\n"
      "(TFLOP/s on cuda), HBM bytes read and written, and extra memory, one row per run as it finishes;\n"
@@ -1303,7 +1319,7 @@ static const Command commands[] = {
      "pass) of the stages that have a backward; its HBM bytes are those of both passes (JSON also\n"
      "gives the backward pass alone: hbm_read_bytes_bwd_pass, hbm_written_bytes_bwd_pass) and its\n"
      "extra memory the larger of the two passes'.\n"
-     "FLOPs: 4*B*H*T*T*d forward, halved with --causal; forward + backward 3.5x forward.\n"
+     "FLOPs: 4*B*H*Tq*T*d forward, halved with --causal when Tq = T; forward + backward 3.5x forward.\n"
      "Defaults: cpu: every CPU implementation, T = 512,1024,2048,4096, B = 1, H = 8, d = 64, reps 3.\n"
      "          cuda: every CUDA implementation, T = 1024,4096,16384, B = 4, H = 16, d = 64,128, reps 20.\n"
      "Exit: 0 ok; 1 a run failed (its row shows why; e.g. out of memory); 2 bad usage; 77 no CUDA\n"

@@ -4,8 +4,10 @@
 #   build, run `ctest -L gpu`, compute-sanitizer (memcheck + racecheck) on every CUDA implementation's
 #   check (each stage and variant; fwd+bwd where a case has do.npy), `flashlab tour --device all`,
 #   `flashlab bench --device cuda --json` forward (every CUDA stage) and forward+backward
-#   (`--direction bwd`, the stages with a backward), PyTorch SDPA on the same shapes in both
-#   directions (tools/sdpa_bench.py), and last the summary tables: ours vs SDPA.
+#   (`--direction bwd`, the stages with a backward), the same again with --causal for the stages
+#   that support it, PyTorch SDPA on the same shapes in both directions, non-causal and causal
+#   (tools/sdpa_bench.py), a GQA decode step (stage 08 against stage 07 on K/V repeated to Hq heads,
+#   with the device copy bandwidth beside it), and last the summary tables: ours vs SDPA.
 # Everything is written under $OUT (default ./gpu-out); the summary also goes to stdout.
 #
 # Environment:
@@ -16,6 +18,8 @@
 #   BENCH_ARGS="--T 1024,4096 --reps 5"   extra flags for `flashlab bench` (and T/d/B/H for SDPA)
 #   BENCH_STAGES=05,06    only these stages in the bench (default: every CUDA stage)
 #   SANITIZE_STAGES=06    only these stages under compute-sanitizer (default: every CUDA stage)
+#   SKIP_CAUSAL=1         no causal bench / SDPA runs      SKIP_DECODE=1   no GQA decode bench
+#   DECODE_ARGS="--B 8 --H 32 --Hkv 8 --Tq 1 --T 16384 --d 128"   the decode problem
 #   REPS=10               timed runs per shape (flashlab and SDPA)
 # Exit status: 0 when every part that ran passed, else 1.
 set -uo pipefail
@@ -112,7 +116,18 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   "$FLASHLAB" bench --device cuda --stages "$bench_stages" --direction bwd --d 64,128 --reps "$REPS" $BENCH_ARGS \
     --json >"$OUT/bench_bwd.json"
   record "bench fwd+bwd" $?
-  python3 - "$OUT/bench_fwd.json" "$OUT/bench_bwd.json" >"$OUT/bench.json" <<'PY'
+  causal_stages=$("$FLASHLAB" list | awk '$3 == "cuda" && $0 ~ /causal/ { print $1 }' | sort -u |
+    while read -r s; do in_list "$s" "$bench_stages" && echo "$s"; done | paste -sd, -)
+  if [ "${SKIP_CAUSAL:-0}" != 1 ] && [ -n "$causal_stages" ]; then
+    step "flashlab bench --causal --stages $causal_stages (fwd, then fwd+bwd)"
+    for direction in fwd bwd; do
+      # shellcheck disable=SC2086
+      "$FLASHLAB" bench --device cuda --stages "$causal_stages" --causal --direction $direction --d 64,128 \
+        --reps "$REPS" $BENCH_ARGS --json >"$OUT/bench_causal_$direction.json"
+      record "bench causal $direction" $?
+    done
+  fi
+  python3 - "$OUT/bench_fwd.json" "$OUT/bench_bwd.json" "$OUT"/bench_causal_*.json >"$OUT/bench.json" <<'PY'
 import json, sys
 rows = []
 for path in sys.argv[1:]:
@@ -134,12 +149,54 @@ if [ "${SKIP_SDPA:-0}" != 1 ]; then
     PYTHONUNBUFFERED=1 python3 tools/sdpa_bench.py --direction $direction --reps "$REPS" "${sdpa_args[@]}" \
       --json "$OUT/sdpa_$direction.json"
     record "sdpa_bench $direction" $?
+    if [ "${SKIP_CAUSAL:-0}" != 1 ]; then
+      PYTHONUNBUFFERED=1 python3 tools/sdpa_bench.py --causal --direction $direction --reps "$REPS" \
+        "${sdpa_args[@]}" --json "$OUT/sdpa_causal_$direction.json"
+      record "sdpa_bench causal $direction" $?
+    fi
   done
+fi
+if [ "${SKIP_DECODE:-0}" != 1 ] && in_list 08 "$bench_stages"; then
+  DECODE_ARGS=${DECODE_ARGS:-"--B 8 --H 32 --Hkv 8 --Tq 1 --T 16384 --d 128"}
+  step "GQA decode: stage 08 ($DECODE_ARGS) vs stage 07 on K/V repeated to Hq heads; copy bandwidth"
+  # shellcheck disable=SC2086
+  "$FLASHLAB" bench --device cuda --stages 08 $DECODE_ARGS --reps "$REPS" --json >"$OUT/decode_08.json"
+  record "decode bench 08" $?
+  repeated=$(echo " $DECODE_ARGS " | sed -E 's/ --Hkv [0-9]+ / /') # Hkv = Hq: each kv head copied per query head
+  # shellcheck disable=SC2086
+  "$FLASHLAB" bench --device cuda --stages 07 $repeated --reps "$REPS" --json >"$OUT/decode_07.json"
+  record "decode bench 07" $?
+  python3 tools/sdpa_bench.py --copy-bandwidth --json "$OUT/copy_bandwidth.json"
+  record "copy bandwidth" $?
+  python3 - "$OUT/copy_bandwidth.json" "$OUT/decode_08.json" "$OUT/decode_07.json" <<'PY' | tee "$OUT/decode.txt"
+import json, sys
+copy = json.load(open(sys.argv[1]))["gb_per_s"]
+print("GQA decode (HBM bytes as counted by the stage; GB/s = (read + written) / time; copy %.0f GB/s)" % copy)
+rows = {}
+for path in sys.argv[2:]:
+    for r in json.load(open(path)):
+        if r.get("error"):
+            print("stage %s %s: %s" % (r["stage"], r["variant"] or "flash", r["error"]))
+            continue
+        gbps = (r["hbm_read_bytes"] + r["hbm_written_bytes"]) / (r["time_ms"] * 1e6)
+        kv = r["B"] * r["Hkv"] * r["Tk"] * (r["d"] + r["dv"]) * 4  # the closed form of the K/V bytes
+        kv_read = r["hbm_read_bytes"] - r["B"] * r["Hq"] * r["Tq"] * r["d"] * 4  # read minus Q
+        print("stage %s %-13s B=%d Hq=%d Hkv=%d Tq=%d Tk=%d d=%d  %8.3f ms  K/V read %d B (B*Hkv*Tk*(d+dv)*4 = %d: %s)"
+              "  %7.0f GB/s = %.2f of copy" % (r["stage"], r["variant"] or "flash", r["B"], r["Hq"], r["Hkv"],
+                                              r["Tq"], r["Tk"], r["d"], r["time_ms"], kv_read, kv,
+                                              "equal" if kv_read == kv else "DIFFERENT", gbps, gbps / copy))
+        rows[(r["stage"], r["variant"])] = r
+a, b = rows.get(("08", "")), rows.get(("07", ""))
+if a and b:
+    print("stage 08 flash is %.2fx faster than stage 07 flash on K/V repeated to Hq heads" % (b["time_ms"] / a["time_ms"]))
+PY
 fi
 if [ -s "$OUT/bench.json" ] && [ -s "$OUT/sdpa_fwd.json" ]; then
   step "summary"
   sdpa_files=("$OUT/sdpa_fwd.json")
-  [ -s "$OUT/sdpa_bwd.json" ] && sdpa_files+=("$OUT/sdpa_bwd.json")
+  for f in "$OUT/sdpa_bwd.json" "$OUT/sdpa_causal_fwd.json" "$OUT/sdpa_causal_bwd.json"; do
+    [ -s "$f" ] && sdpa_files+=("$f")
+  done
   python3 tools/sdpa_bench.py --compare "$OUT/bench.json" "${sdpa_files[@]}" | tee "$OUT/summary.txt"
 fi
 

@@ -2,9 +2,9 @@
 """sdpa_bench.py — the GPU reference numbers beside `flashlab bench --device cuda` (DESIGN §8).
 
 Times PyTorch's scaled_dot_product_attention in float32 (TF32 off) with the memory-efficient and
-the math backends on the shapes of flashlab's CUDA bench (self-attention, Hq = Hkv = H, d = dv,
-non-causal), with CUDA events after warm-up, and reports the median time and TFLOP/s with
-FLOPs = 4*B*H*T^2*d forward (the count flashlab uses). --direction bwd times forward + backward
+the math backends on the shapes of flashlab's CUDA bench (self-attention, Hq = Hkv = H, d = dv;
+--causal passes is_causal=True), with CUDA events after warm-up, and reports the median time and
+TFLOP/s with FLOPs = 4*B*H*T^2*d forward, halved when causal (the count flashlab uses). --direction bwd times forward + backward
 through autograd (out = SDPA(q, k, v); out.backward(dO)), FLOPs 3.5x forward, like
 `flashlab bench --direction bwd`. A shape a backend cannot run (the math backend materialises
 B*H*T*T scores and runs out of memory at T = 16384) is reported as skipped.
@@ -15,6 +15,7 @@ PyTorch is needed only here, on the GPU machine; nothing in the C build uses thi
   python3 tools/sdpa_bench.py --T 1024,4096 --d 128 --json sdpa.json
   python3 tools/sdpa_bench.py --direction bwd --json sdpa_bwd.json   # forward + backward
   python3 tools/sdpa_bench.py --compare bench.json sdpa.json   # summary table: ours vs SDPA
+  python3 tools/sdpa_bench.py --copy-bandwidth             # device-to-device copy GB/s (the roofline)
 """
 import argparse
 import json
@@ -30,12 +31,12 @@ def int_list(text):
     return [int(x) for x in text.split(",") if x]
 
 
-def flops(B, H, T, d, direction="fwd"):
-    forward = 4.0 * B * H * T * T * d
+def flops(B, H, T, d, direction="fwd", causal=False):
+    forward = 4.0 * B * H * T * T * d / (2.0 if causal else 1.0)
     return 3.5 * forward if direction == "bwd" else forward
 
 
-def time_sdpa(torch, backend, B, H, T, d, warmup, reps, direction="fwd"):
+def time_sdpa(torch, backend, B, H, T, d, warmup, reps, direction="fwd", causal=False):
     """Median ms of `reps` runs, each timed with its own pair of CUDA events; a bwd run is the
     forward and the backward through autograd."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -51,7 +52,7 @@ def time_sdpa(torch, backend, B, H, T, d, warmup, reps, direction="fwd"):
         for i in range(warmup + reps):
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            out = F.scaled_dot_product_attention(q, k, v)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
             if bwd:
                 out.backward(dout)
             stop.record()
@@ -73,10 +74,12 @@ def run_bench(args):
         for T in int_list(args.T):
             for d in int_list(args.d):
                 row = {"backend": backend, "device": device, "direction": args.direction, "B": args.B,
-                       "H": args.H, "T": T, "d": d, "flops": flops(args.B, args.H, T, d, args.direction),
+                       "H": args.H, "T": T, "d": d, "causal": args.causal,
+                       "flops": flops(args.B, args.H, T, d, args.direction, args.causal),
                        "time_ms": None, "tflops_per_s": None, "note": None}
                 try:
-                    ms = time_sdpa(torch, backend, args.B, args.H, T, d, args.warmup, args.reps, args.direction)
+                    ms = time_sdpa(torch, backend, args.B, args.H, T, d, args.warmup, args.reps, args.direction,
+                                   args.causal)
                     row["time_ms"] = ms
                     row["tflops_per_s"] = row["flops"] / (ms * 1e9)
                 except torch.OutOfMemoryError:
@@ -92,8 +95,31 @@ def run_bench(args):
 
 def print_sdpa_row(row):
     value = ("%10.3f  %8.2f" % (row["time_ms"], row["tflops_per_s"])) if row["time_ms"] else row["note"]
-    print("sdpa %-20s %s B=%d H=%d T=%-6d d=%-4d %s" % (row["backend"], row.get("direction", "fwd"), row["B"],
-                                                       row["H"], row["T"], row["d"], value), flush=True)
+    print("sdpa %-20s %s%s B=%d H=%d T=%-6d d=%-4d %s" % (row["backend"], row.get("direction", "fwd"),
+                                                         " causal" if row.get("causal") else "", row["B"],
+                                                         row["H"], row["T"], row["d"], value), flush=True)
+
+
+def copy_bandwidth(reps=20, gib=2):
+    """Median device-to-device copy bandwidth in GB/s (bytes read + bytes written per second) of a
+    `gib` GiB float32 tensor: the practical ceiling of a memory-bound kernel such as decoding."""
+    import torch
+
+    n = gib * (1 << 30) // 4
+    src = torch.empty(n, device="cuda", dtype=torch.float32).normal_()
+    dst = torch.empty_like(src)
+    samples = []
+    for i in range(3 + reps):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        stop.record()
+        stop.synchronize()
+        if i >= 3:
+            samples.append(start.elapsed_time(stop))
+    ms = statistics.median(samples)
+    gbps = 2.0 * n * 4 / (ms * 1e6)
+    return {"device": torch.cuda.get_device_name(0), "bytes": 2 * n * 4, "time_ms": ms, "gb_per_s": gbps}
 
 
 def compare(flashlab_json, sdpa_jsons):
@@ -106,18 +132,24 @@ def compare(flashlab_json, sdpa_jsons):
         with open(path) as f:
             theirs_all += json.load(f)
     device = theirs_all[0]["device"] if theirs_all else "?"
-    for direction in ("fwd", "bwd"):
-        ours = [r for r in ours_all if r.get("direction") == direction]
-        theirs = [r for r in theirs_all if r.get("direction", "fwd") == direction]
-        if ours or theirs:
-            compare_direction(direction, ours, theirs, device)
+    # self-attention rows only (Tq = Tk, Hq = Hkv): the shapes SDPA was run on
+    ours_all = [r for r in ours_all if r["Tq"] == r["Tk"] and r["Hq"] == r["Hkv"]]
+    for causal in (False, True):
+        for direction in ("fwd", "bwd"):
+            ours = [r for r in ours_all if r.get("direction") == direction and bool(r.get("causal")) == causal]
+            theirs = [r for r in theirs_all
+                      if r.get("direction", "fwd") == direction and bool(r.get("causal")) == causal]
+            if ours or theirs:
+                compare_direction(direction, causal, ours, theirs, device)
 
 
-def compare_direction(direction, ours, theirs, device):
+def compare_direction(direction, causal, ours, theirs, device):
     ref = {(r["T"], r["d"], r["backend"]): r for r in theirs}
     what = "forward + backward, TFLOP/s = 3.5*4*B*H*T^2*d / time" if direction == "bwd" else \
         "forward, TFLOP/s = 4*B*H*T^2*d / time"
-    print("summary (%s, float32, non-causal %s)" % (device, what))
+    if causal:
+        what += ", FLOPs halved"
+    print("summary (%s, float32, %s %s)" % (device, "causal" if causal else "non-causal", what))
     print("%-6s %-4s  %-30s %9s %9s  %12s %12s" % ("T", "d", "implementation", "time ms", "TFLOP/s",
                                                  "vs mem-eff", "vs math"))
     shapes = sorted({(r["Tq"], r["d"]) for r in ours} | {(r["T"], r["d"]) for r in theirs})
@@ -149,6 +181,9 @@ def main():
     ap.add_argument("--d", default=DEFAULT_D, help="comma-separated head dims")
     ap.add_argument("--direction", choices=("fwd", "bwd"), default="fwd",
                     help="fwd: the forward pass; bwd: forward + backward through autograd")
+    ap.add_argument("--causal", action="store_true", help="is_causal=True (FLOPs halved)")
+    ap.add_argument("--copy-bandwidth", action="store_true",
+                    help="only measure the device-to-device copy bandwidth (GB/s, read + written)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json", metavar="PATH", help="write the rows as a JSON array here")
@@ -160,6 +195,14 @@ def main():
         if len(args.compare) < 2:
             ap.error("--compare needs FLASHLAB_JSON and at least one SDPA_JSON")
         compare(args.compare[0], args.compare[1:])
+        return 0
+    if args.copy_bandwidth:
+        row = copy_bandwidth(args.reps)
+        print("copy %s: %.1f GB/s (read + written, %.3f ms for %d bytes)" % (row["device"], row["gb_per_s"],
+                                                                         row["time_ms"], row["bytes"]))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(row, f, indent=1)
         return 0
     rows = run_bench(args)
     if args.json:
