@@ -1,10 +1,15 @@
 # The reference-free gradient check: an implementation's backward pass against central finite
 # differences of its own forward pass (tests/test_grad_fd.c). Usage: test_grad_fd STAGE DEVICE [VARIANT].
+# An implementation that supports the causal mask (stage 07 on) is checked with the mask on.
 add_unit_test(test_grad_fd)
 add_test(NAME stage06_backward_gradfd_cpu COMMAND test_grad_fd 06 cpu)
 add_test(NAME stage06_backward_gradfd_cpu_naive COMMAND test_grad_fd 06 cpu naive)
 set_tests_properties(stage06_backward_gradfd_cpu stage06_backward_gradfd_cpu_naive
                      PROPERTIES LABELS "stage06;cpu")
+add_test(NAME stage07_causal_gradfd_cpu COMMAND test_grad_fd 07 cpu)
+add_test(NAME stage07_causal_gradfd_cpu_naive COMMAND test_grad_fd 07 cpu naive)
+set_tests_properties(stage07_causal_gradfd_cpu stage07_causal_gradfd_cpu_naive
+                     PROPERTIES LABELS "stage07;cpu")
 if(FLASHLAB_HAVE_CUDA)
   add_test(NAME stage06_backward_gradfd_cuda COMMAND test_grad_fd 06 cuda)
   add_test(NAME stage06_backward_gradfd_cuda_naive COMMAND test_grad_fd 06 cuda naive)
@@ -12,4 +17,10 @@ if(FLASHLAB_HAVE_CUDA)
   set_tests_properties(stage06_backward_gradfd_cuda stage06_backward_gradfd_cuda_naive
                        stage06_backward_gradfd_cuda_deterministic
                        PROPERTIES LABELS "stage06;gpu" SKIP_RETURN_CODE 77)
+  add_test(NAME stage07_causal_gradfd_cuda COMMAND test_grad_fd 07 cuda)
+  add_test(NAME stage07_causal_gradfd_cuda_naive COMMAND test_grad_fd 07 cuda naive)
+  add_test(NAME stage07_causal_gradfd_cuda_deterministic COMMAND test_grad_fd 07 cuda deterministic)
+  set_tests_properties(stage07_causal_gradfd_cuda stage07_causal_gradfd_cuda_naive
+                       stage07_causal_gradfd_cuda_deterministic
+                       PROPERTIES LABELS "stage07;gpu" SKIP_RETURN_CODE 77)
 endif()

@@ -34,6 +34,15 @@
  * wrong gradient (a missing D term in dS, a dropped scale, a transposed tile) is off by a sizeable
  * fraction of G. "ratio" is |g_fd - g_an| / tolerance: below 1 passes.
  *
+ * Causal mask: when the implementation supports it (FEAT_CAUSAL), every shape runs with the mask
+ * on (bottom-right aligned), and a few more shapes made for it as well: a row sees keys
+ * j <= i + Tk - Tq only, and when Tq > Tk the first Tq - Tk rows see none (o = 0, zero gradients).
+ * The mask is fixed (it depends on positions, not on values), so L stays smooth in x and the same
+ * check applies. The tolerance terms stay what they were: a masked row sums fewer keys, so κ_f and
+ * κ_g remain upper bounds, and |dO|_2 in E_round is taken over the rows that see at least one key
+ * (a row that sees none has o = 0 exactly, with no rounding error for its dO to weigh), which is
+ * the plain |dO|_2 when nothing is masked.
+ *
  * Usage: test_grad_fd STAGE cpu|cuda [VARIANT]   e.g. test_grad_fd 06 cpu naive
  * Exit: 0 all checks pass; 1 a check failed or the stage/variant does not exist; 2 bad usage;
  * 3 the implementation has no backward pass; 77 cuda without a CUDA device. */
@@ -49,7 +58,8 @@
 #include "test_support.h"
 
 /* T = 1; odd T; Tq < Tk with d != dv and B > 1; Tq > Tk; d = 80 with scale 0.5 (not 1/sqrt(d));
- * several blocks of the tiled stages in both directions */
+ * several blocks of the tiled stages in both directions. With the causal mask, Tq > Tk gives rows
+ * that see no key (37 of 50, 60 of 130). */
 typedef struct {
     TestShape s;
     float scale; /* 0: 1/sqrt(d) */
@@ -61,6 +71,15 @@ static const FdShape shapes[] = {
     {{1, 1, 17, 29, 80, 80}, 0.5f}, {{1, 1, 130, 70, 64, 64}, 0.0f},
 };
 enum { SHAPE_COUNT = sizeof shapes / sizeof shapes[0] };
+
+/* Run too, with the mask on, by an implementation that supports it: Tq > Tk by 140, so whole
+ * query tiles of the CUDA kernels (128 rows forward, 64 backward) see no key; a tile-aligned
+ * square, where tiles end exactly on the diagonal. */
+static const FdShape causal_shapes[] = {
+    {{1, 1, 200, 60, 32, 32}, 0.0f},
+    {{1, 1, 128, 128, 64, 64}, 0.0f},
+};
+enum { CAUSAL_SHAPE_COUNT = sizeof causal_shapes / sizeof causal_shapes[0] };
 
 static const double EPS = 1e-2;
 static const double U = 5.9604644775390625e-08; /* 2^-24, float32 unit roundoff */
@@ -128,15 +147,30 @@ static double rms(const float *x, size_t n)
     return n ? sqrt(sum / (double)n) : 0.0;
 }
 
+/* |dO|_2 over the query rows that see at least one key (all rows without a mask). */
+static double dout_norm_seen(const AttnProblem *p)
+{
+    const size_t heads = (size_t)p->B * p->Hq, Tq = p->Tq, dv = p->dv;
+    double sum = 0.0;
+    for (size_t bh = 0; bh < heads; bh++)
+        for (size_t i = 0; i < Tq; i++) {
+            if (test_keys_seen(p, (int)i) == 0)
+                continue;
+            const float *row = p->dout + (bh * Tq + i) * dv;
+            for (size_t c = 0; c < dv; c++)
+                sum += (double)row[c] * row[c];
+        }
+    return sqrt(sum);
+}
+
 /* E_round (see the header): c u κ_f |dO|_2 rms(v) / ε. */
 static double roundoff_f(const AttnProblem *p, double eps)
 {
     const size_t nq = (size_t)p->B * p->Hq * p->Tq * p->d, nk = (size_t)p->B * p->Hkv * p->Tk * p->d;
-    const size_t no = (size_t)p->B * p->Hq * p->Tq * p->dv, nv = (size_t)p->B * p->Hkv * p->Tk * p->dv;
+    const size_t nv = (size_t)p->B * p->Hkv * p->Tk * p->dv;
     const double ds = p->d * fabs(p->scale) * rms(p->q, nq) * rms(p->k, nk);
     const double kappa_f = sqrt(ds * ds + 2.0 * p->Tk);
-    const double dout_2 = rms(p->dout, no) * sqrt((double)no);
-    return 8.0 * U * kappa_f * dout_2 * rms(p->v, nv) / eps;
+    return 8.0 * U * kappa_f * dout_norm_seen(p) * rms(p->v, nv) / eps;
 }
 
 /* One check: δ ~ N(0, 1) on the inputs in[0..count), g_fd against g_an. 0 when it passes. */
@@ -184,10 +218,13 @@ done:
     return failed;
 }
 
-/* The problem of one shape: inputs, dO, sinks when supported; then one backward run. */
-static int fd_setup(Fd *f, const FdShape *sh, uint64_t seed)
+/* The problem of one shape (causal: with the mask on): inputs, dO, sinks when supported; then one
+ * backward run. */
+static int fd_setup(Fd *f, const FdShape *sh, int causal, uint64_t seed)
 {
-    if (test_problem_make(&f->x, &sh->s, seed) != 0 || test_problem_add_backward(&f->x, seed + 1) != 0) {
+    const TestFeatures feat = {0, causal};
+    if (test_problem_make_with(&f->x, &sh->s, &feat, seed) != 0 ||
+        test_problem_add_backward(&f->x, seed + 1) != 0) {
         fprintf(stderr, "out of memory\n");
         return -1;
     }
@@ -220,7 +257,7 @@ static void fd_free(Fd *f)
 }
 
 /* Every input alone, then all together, on one shape; returns the number of failed checks. */
-static int check_shape(const StageImpl *impl, const FdShape *sh, int index)
+static int check_shape(const StageImpl *impl, const FdShape *sh, int causal, int index)
 {
     Fd f;
     memset(&f, 0, sizeof f);
@@ -228,10 +265,10 @@ static int check_shape(const StageImpl *impl, const FdShape *sh, int index)
     f.opts.threads = 2;
     const uint64_t seed = 4242u + 97u * (uint64_t)index;
     const TestShape *s = &sh->s;
-    printf("B=%d H=%d Tq=%d Tk=%d d=%d dv=%d scale=%g%s\n", s->B, s->H, s->Tq, s->Tk, s->d, s->dv,
-           sh->scale > 0 ? sh->scale : 1.0 / sqrt((double)s->d),
+    printf("B=%d H=%d Tq=%d Tk=%d d=%d dv=%d scale=%g%s%s\n", s->B, s->H, s->Tq, s->Tk, s->d, s->dv,
+           sh->scale > 0 ? sh->scale : 1.0 / sqrt((double)s->d), causal ? " causal" : "",
            impl->features & FEAT_SINKS ? " sinks" : "");
-    if (fd_setup(&f, sh, seed) != 0) {
+    if (fd_setup(&f, sh, causal, seed) != 0) {
         fd_free(&f);
         return 1;
     }
@@ -276,11 +313,16 @@ int main(int argc, char **argv)
                 attn_feature_added_by(FEAT_BACKWARD));
         return 3;
     }
-    printf("stage %s (%s%s%s, %s): central differences, eps = %g\n", impl->stage, impl->name,
-           variant[0] ? " " : "", variant, argv[2], EPS);
+    printf("stage %s (%s%s%s, %s): central differences, eps = %g%s\n", impl->stage, impl->name,
+           variant[0] ? " " : "", variant, argv[2], EPS,
+           impl->features & FEAT_CAUSAL ? ", causal mask on" : "");
+    /* an implementation with the causal mask is checked with it on, on its own shapes too */
+    const int causal = (impl->features & FEAT_CAUSAL) != 0;
     int failures = 0;
     for (int i = 0; i < SHAPE_COUNT; i++)
-        failures += check_shape(impl, &shapes[i], i);
+        failures += check_shape(impl, &shapes[i], causal, i);
+    for (int i = 0; causal && i < CAUSAL_SHAPE_COUNT; i++)
+        failures += check_shape(impl, &causal_shapes[i], causal, SHAPE_COUNT + i);
     printf("%d check(s) failed\n", failures);
     return failures ? 1 : 0;
 }

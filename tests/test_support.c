@@ -77,8 +77,17 @@ static float *nan_floats(size_t n)
 
 int test_problem_make(TestProblem *x, const TestShape *s, uint64_t seed)
 {
+    return test_problem_make_with(x, s, NULL, seed);
+}
+
+int test_problem_make_with(TestProblem *x, const TestShape *s, const TestFeatures *f,
+                           uint64_t seed)
+{
     memset(x, 0, sizeof *x);
-    const size_t rows_q = (size_t)s->B * s->H * s->Tq, rows_k = (size_t)s->B * s->H * s->Tk;
+    const int Hkv = f && f->Hkv > 0 ? f->Hkv : s->H;
+    if (s->H % Hkv != 0)
+        return -1;
+    const size_t rows_q = (size_t)s->B * s->H * s->Tq, rows_k = (size_t)s->B * Hkv * s->Tk;
     Rng rng;
     rng_seed(&rng, seed);
     x->q = test_random_floats(&rng, rows_q * s->d);
@@ -88,9 +97,9 @@ int test_problem_make(TestProblem *x, const TestShape *s, uint64_t seed)
     x->lse = nan_floats(rows_q);
     if (!x->q || !x->k || !x->v || !x->o || !x->lse)
         return -1;
-    AttnProblem p = {.B = s->B, .Hq = s->H, .Hkv = s->H, .Tq = s->Tq, .Tk = s->Tk, .d = s->d,
+    AttnProblem p = {.B = s->B, .Hq = s->H, .Hkv = Hkv, .Tq = s->Tq, .Tk = s->Tk, .d = s->d,
                      .dv = s->dv, .scale = (float)(1.0 / sqrt((double)s->d)),
-                     .q = x->q, .k = x->k, .v = x->v};
+                     .causal = f ? f->causal != 0 : 0, .q = x->q, .k = x->k, .v = x->v};
     x->p = p;
     return 0;
 }
@@ -126,24 +135,63 @@ AttnTensors test_problem_tensors(const TestProblem *x)
 
 /* ---- float64 reference ----------------------------------------------------------------------- */
 
-/* One query row: s = q_i K^T * scale (Tk), lse = m + log(l), o_i = softmax(s) V (dv). */
+int test_keys_seen(const AttnProblem *p, int i)
+{
+    if (!p->causal)
+        return p->Tk;
+    const long n = (long)i + p->Tk - p->Tq + 1; /* keys j <= i + Tk - Tq */
+    return n <= 0 ? 0 : n >= p->Tk ? p->Tk : (int)n;
+}
+
+size_t test_kv_head(const AttnProblem *p, size_t b, size_t h)
+{
+    return b * (size_t)p->Hkv + h / (size_t)(p->Hq / p->Hkv);
+}
+
+/* What the reference computes: no window, sink tokens or sinks; Hq a multiple of Hkv. */
+static int ref_supported(const AttnProblem *p)
+{
+    return p->Hkv > 0 && p->Hq % p->Hkv == 0 && p->window == 0 && p->sink_tokens == 0 &&
+           p->sinks == NULL;
+}
+
+/* The slices of query head bh = b Hq + h and of the kv head it reads. */
+typedef struct {
+    const float *q, *k, *v, *dout; /* q (Tq, d), k (Tk, d), v (Tk, dv), dout (Tq, dv) or NULL */
+    size_t kvh;                    /* its kv head, b Hkv + h / (Hq / Hkv) */
+} RefHead;
+
+static RefHead ref_head(const AttnProblem *p, size_t bh)
+{
+    const size_t Tq = p->Tq, Tk = p->Tk;
+    RefHead x;
+    x.kvh = test_kv_head(p, bh / (size_t)p->Hq, bh % (size_t)p->Hq);
+    x.q = p->q + bh * Tq * p->d;
+    x.k = p->k + x.kvh * Tk * p->d;
+    x.v = p->v + x.kvh * Tk * p->dv;
+    x.dout = p->dout ? p->dout + bh * Tq * p->dv : NULL;
+    return x;
+}
+
+/* One query row that sees the keys [0, n): s = q_i K^T * scale (n), lse = m + log(l),
+ * o_i = softmax(s) V (dv). n = 0 (a row that sees no key): o_i = 0, lse = -inf. */
 static void reference_row(const AttnProblem *p, const float *qi, const float *k, const float *v,
-                          double *s, double *o, double *lse)
+                          int n, double *s, double *o, double *lse)
 {
     double m = -INFINITY, l = 0.0;
-    for (int j = 0; j < p->Tk; j++) {
+    for (int j = 0; j < n; j++) {
         double dot = 0.0;
         for (int c = 0; c < p->d; c++)
             dot += (double)qi[c] * k[(size_t)j * p->d + c];
         s[j] = dot * p->scale;
         m = s[j] > m ? s[j] : m;
     }
-    for (int j = 0; j < p->Tk; j++)
+    for (int j = 0; j < n; j++)
         l += exp(s[j] - m);
-    *lse = m + log(l);
+    *lse = n > 0 ? m + log(l) : -INFINITY;
     for (int c = 0; c < p->dv; c++) {
         double acc = 0.0;
-        for (int j = 0; j < p->Tk; j++)
+        for (int j = 0; j < n; j++)
             acc += exp(s[j] - m) / l * v[(size_t)j * p->dv + c];
         o[c] = acc;
     }
@@ -152,27 +200,27 @@ static void reference_row(const AttnProblem *p, const float *qi, const float *k,
 int ref_attention(const AttnProblem *p, RefAttention *ref)
 {
     memset(ref, 0, sizeof *ref);
-    const int plain = p->Hq == p->Hkv && !p->causal && p->window == 0 && p->sink_tokens == 0 &&
-                      p->sinks == NULL;
-    if (!plain)
+    if (!ref_supported(p))
         return -1;
     const size_t heads = (size_t)p->B * p->Hq, Tq = p->Tq, Tk = p->Tk, d = p->d, dv = p->dv;
     ref->rows = heads * Tq;
     ref->dv = dv;
     ref->o = malloc(sizeof(double) * ref->rows * dv);
     ref->lse = malloc(sizeof(double) * ref->rows);
-    double *s = malloc(sizeof(double) * Tk);
+    double *s = malloc(sizeof(double) * (Tk + 1));
     if (!ref->o || !ref->lse || !s) {
         free(s);
         ref_attention_free(ref);
         return -1;
     }
-    for (size_t bh = 0; bh < heads; bh++)
+    for (size_t bh = 0; bh < heads; bh++) {
+        const RefHead x = ref_head(p, bh);
         for (size_t i = 0; i < Tq; i++) {
             const size_t r = bh * Tq + i;
-            reference_row(p, p->q + r * d, p->k + bh * Tk * d, p->v + bh * Tk * dv, s,
-                          ref->o + r * dv, ref->lse + r);
+            reference_row(p, x.q + i * d, x.k, x.v, test_keys_seen(p, (int)i), s, ref->o + r * dv,
+                          ref->lse + r);
         }
+    }
     free(s);
     return 0;
 }
@@ -183,42 +231,43 @@ void ref_attention_free(RefAttention *ref)
     memset(ref, 0, sizeof *ref);
 }
 
-/* The gradients of one head in double (P from its scores and lse, then the textbook formulas):
+/* The gradients of one query head in double (P from its scores and lse, then the textbook
+ * formulas), over the keys each row sees (P = 0 for the others):
  * dV = P^T dO, dP = dO V^T, dS = P ∘ (dP - rowsum(P ∘ dP)), dQ = scale dS K, dK = scale dS^T Q.
- * Scratch: s of Tk doubles, o of dv, P of Tq Tk. */
+ * dQ of the head is written; dK, dV are added into its kv head's (zeroed by the caller), so a
+ * group's query heads sum. Scratch: s of Tk doubles, o of dv, P of Tq Tk. */
 static void reference_head_backward(const AttnProblem *p, size_t bh, double *s, double *o,
                                     double *P, RefGradients *g)
 {
     const size_t Tq = p->Tq, Tk = p->Tk, d = p->d, dv = p->dv;
-    const float *q = p->q + bh * Tq * d, *k = p->k + bh * Tk * d, *v = p->v + bh * Tk * dv;
-    const float *dout = p->dout + bh * Tq * dv;
-    double *dq = g->dq + bh * Tq * d, *dk = g->dk + bh * Tk * d, *dvh = g->dv + bh * Tk * dv;
+    const RefHead x = ref_head(p, bh);
+    double *dq = g->dq + bh * Tq * d, *dk = g->dk + x.kvh * Tk * d, *dvh = g->dv + x.kvh * Tk * dv;
     double lse;
     memset(dq, 0, sizeof(double) * Tq * d);
-    memset(dk, 0, sizeof(double) * Tk * d);
-    memset(dvh, 0, sizeof(double) * Tk * dv);
     for (size_t i = 0; i < Tq; i++) {
-        reference_row(p, q + i * d, k, v, s, o, &lse);
+        const int n = test_keys_seen(p, (int)i);
+        reference_row(p, x.q + i * d, x.k, x.v, n, s, o, &lse);
         for (size_t j = 0; j < Tk; j++)
-            P[i * Tk + j] = exp(s[j] - lse);
+            P[i * Tk + j] = (int)j < n ? exp(s[j] - lse) : 0.0;
     }
     for (size_t i = 0; i < Tq; i++) {
-        const float *doi = dout + i * dv;
+        const float *doi = x.dout + i * dv;
+        const size_t n = (size_t)test_keys_seen(p, (int)i);
         double D = 0.0;
-        for (size_t j = 0; j < Tk; j++) {
+        for (size_t j = 0; j < n; j++) {
             double dp = 0.0; /* dP_ij = dO_i . v_j */
             for (size_t c = 0; c < dv; c++) {
-                dp += (double)doi[c] * v[j * dv + c];
+                dp += (double)doi[c] * x.v[j * dv + c];
                 dvh[j * dv + c] += P[i * Tk + j] * doi[c];
             }
             s[j] = dp;
             D += P[i * Tk + j] * dp;
         }
-        for (size_t j = 0; j < Tk; j++) {
+        for (size_t j = 0; j < n; j++) {
             const double ds = P[i * Tk + j] * (s[j] - D) * p->scale;
             for (size_t c = 0; c < d; c++) {
-                dq[i * d + c] += ds * k[j * d + c];
-                dk[j * d + c] += ds * q[i * d + c];
+                dq[i * d + c] += ds * x.k[j * d + c];
+                dk[j * d + c] += ds * x.q[i * d + c];
             }
         }
     }
@@ -227,19 +276,19 @@ static void reference_head_backward(const AttnProblem *p, size_t bh, double *s, 
 int ref_attention_backward(const AttnProblem *p, RefGradients *g)
 {
     memset(g, 0, sizeof *g);
-    const int plain = p->Hq == p->Hkv && !p->causal && p->window == 0 && p->sink_tokens == 0 &&
-                      p->sinks == NULL;
-    if (!plain || !p->dout)
+    if (!ref_supported(p) || !p->dout)
         return -1;
-    const size_t heads = (size_t)p->B * p->Hq, Tq = p->Tq, Tk = p->Tk;
+    const size_t heads = (size_t)p->B * p->Hq, kv_heads = (size_t)p->B * p->Hkv;
+    const size_t Tq = p->Tq, Tk = p->Tk;
     g->nq = heads * Tq * p->d;
-    g->nk = heads * Tk * p->d;
-    g->nv = heads * Tk * p->dv;
-    g->dq = malloc(sizeof(double) * g->nq);
-    g->dk = malloc(sizeof(double) * g->nk);
-    g->dv = malloc(sizeof(double) * g->nv);
-    double *s = malloc(sizeof(double) * Tk), *o = malloc(sizeof(double) * p->dv);
-    double *P = malloc(sizeof(double) * Tq * Tk);
+    g->nk = kv_heads * Tk * p->d;
+    g->nv = kv_heads * Tk * p->dv;
+    g->dq = malloc(sizeof(double) * (g->nq + 1));
+    g->dk = calloc(g->nk + 1, sizeof(double)); /* the group's query heads add into it */
+    g->dv = calloc(g->nv + 1, sizeof(double));
+    double *s = malloc(sizeof(double) * (Tk + 1));
+    double *o = malloc(sizeof(double) * ((size_t)p->dv + 1));
+    double *P = malloc(sizeof(double) * (Tq * Tk + 1));
     const int ok = g->dq && g->dk && g->dv && s && o && P;
     for (size_t bh = 0; ok && bh < heads; bh++)
         reference_head_backward(p, bh, s, o, P, g);
@@ -257,6 +306,10 @@ void ref_gradients_free(RefGradients *g)
 
 double element_error(double got, double want, ErrorMeasure m)
 {
+    if (isnan(got))
+        return NAN;
+    if (isinf(got) || isinf(want)) /* -inf lse of an empty row: must match exactly */
+        return got == want ? 0.0 : INFINITY;
     const double err = fabs(got - want);
     return m == ERR_ABS_REL ? err / (1.0 + fabs(want)) : err;
 }

@@ -41,13 +41,22 @@ void test_tmpdir_remove(const char *dir);
 /* n floats ~ N(0, 1) from rng (malloc'd; NULL when out of memory). */
 float *test_random_floats(Rng *rng, size_t n);
 
-/* One attention shape with Hq = Hkv = H. */
+/* One attention shape; H is the number of query heads Hq (and of kv heads, unless TestFeatures
+ * says otherwise). */
 typedef struct {
     int B, H, Tq, Tk, d, dv;
 } TestShape;
 
-/* A plain forward problem (no mask, scale 1/sqrt(d)) and its buffers:
- * q (B, H, Tq, d), k (B, H, Tk, d), v (B, H, Tk, dv) ~ N(0, 1), filled in that order from one
+/* What a problem asks for beyond its shape. All zero (or a NULL pointer) is the plain problem:
+ * Hkv = H, no mask. Kept apart from TestShape so that the shape lists of the tests stay six
+ * numbers each. */
+typedef struct {
+    int Hkv;    /* kv heads: 0 means H; otherwise H % Hkv == 0 (GQA; 1 = MQA) */
+    int causal; /* 1: the causal mask, bottom-right aligned (DESIGN §3) */
+} TestFeatures;
+
+/* A forward problem (scale 1/sqrt(d)) and its buffers:
+ * q (B, H, Tq, d), k (B, Hkv, Tk, d), v (B, Hkv, Tk, dv) ~ N(0, 1), filled in that order from one
  * generator seeded with seed; o (B, H, Tq, dv) and lse (B, H, Tq) poisoned with NaN, so an element
  * a stage leaves unwritten fails. */
 typedef struct {
@@ -56,8 +65,13 @@ typedef struct {
     float *dout, *dq, *dk, *dv; /* NULL until test_problem_add_backward */
 } TestProblem;
 
-/* 0, or -1 when out of memory (call test_problem_free either way). */
+/* The plain problem of shape s (Hkv = H, no mask). 0, or -1 when out of memory (call
+ * test_problem_free either way). */
 int test_problem_make(TestProblem *x, const TestShape *s, uint64_t seed);
+/* The same with GQA and/or the causal mask from f (NULL: plain). Also -1 when H % Hkv != 0. The
+ * plain problem draws the same numbers as test_problem_make. */
+int test_problem_make_with(TestProblem *x, const TestShape *s, const TestFeatures *f,
+                           uint64_t seed);
 void test_problem_free(TestProblem *x);
 
 /* Asks x for the backward pass: dO (B, H, Tq, dv) ~ N(0, 1) from a generator seeded with seed,
@@ -70,19 +84,30 @@ AttnTensors test_problem_tensors(const TestProblem *x);
 
 /* ---- float64 reference ----------------------------------------------------------------------- */
 
-/* Plain attention in double: o (B, H, Tq, dv), lse (B, H, Tq), rows = B H Tq. */
+/* How many keys (from key 0) query row i of p sees: all Tk without the causal mask; with it the
+ * keys j <= i + Tk - Tq (bottom-right aligned, DESIGN §3), so 0 for the first Tq - Tk rows when
+ * Tq > Tk. */
+int test_keys_seen(const AttnProblem *p, int i);
+
+/* The kv head that query head h of batch b reads: b Hkv + h / (Hq / Hkv). */
+size_t test_kv_head(const AttnProblem *p, size_t b, size_t h);
+
+/* Attention in double: o (B, Hq, Tq, dv), lse (B, Hq, Tq), rows = B Hq Tq. */
 typedef struct {
     double *o, *lse;
     size_t rows, dv;
 } RefAttention;
 
-/* Computes the reference of p with p->scale. Only the plain case: no causal mask, window or sinks,
- * Hq == Hkv. 0, or -1 for another problem or when out of memory (ref is then empty). */
+/* Computes the reference of p with p->scale: with or without the causal mask, Hq == Hkv or GQA
+ * (Hq % Hkv == 0). A row that sees no key gets o = 0, lse = -inf. Window, sink tokens and sinks
+ * are not supported. 0, or -1 for another problem or when out of memory (ref is then empty). */
 int ref_attention(const AttnProblem *p, RefAttention *ref);
 void ref_attention_free(RefAttention *ref);
 
-/* Gradients of sum(O ∘ dO) in double for the same plain problems, p->dout required:
- * dq (B, H, Tq, d), dk (B, H, Tk, d), dv (B, H, Tk, dv); n* are the element counts. */
+/* Gradients of sum(O ∘ dO) in double for the same problems, p->dout required:
+ * dq (B, Hq, Tq, d), dk (B, Hkv, Tk, d), dv (B, Hkv, Tk, dv); n* are the element counts. dK and dV
+ * of a kv head sum over the query heads of its group; a row that sees no key contributes nothing
+ * and gets dq = 0. */
 typedef struct {
     double *dq, *dk, *dv;
     size_t nq, nk, nv;
@@ -98,6 +123,8 @@ typedef enum {
     ERR_ABS_REL, /* |got - want| / (1 + |want|): err <= tol means atol = rtol = tol */
 } ErrorMeasure;
 
+/* The error of one element. Infinities must match exactly (the lse = -inf of a row that sees no
+ * key): 0 when got == want, INFINITY otherwise; NaN when got is NaN. */
 double element_error(double got, double want, ErrorMeasure m);
 
 /* The largest element_error of the outputs o and lse of p against ref_attention(p); NaN when
