@@ -99,6 +99,9 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
     // K/V tiles up to the one holding the furthest row's last key; the ones above the diagonal
     // are never loaded. 0 when no row of Q_i sees a key.
     const int n_tiles = ceil_div(tile_keys_seen(a.causal, q0, rows_q), BC);
+    // A decode step fills only R of the Br rows (R = group with Tq = 1): the threads whose rows
+    // are all absent skip the two products (they still join the row reductions and barriers).
+    const bool has_rows = rg < rows_q;
 
     // Prologue: Q_i, K_0, V_0 in flight, three commit groups.
     load_tile<BR, D, T::QS, NT>(Qs, q, rows_q, a.d, a.vec_qk, tid);
@@ -132,7 +135,8 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
         // S = Q_i K_j^T   (Br, Bc): this thread's TM x TN micro-tile
         float s[TM][TN];
         zero(s);
-        mma_abt<TM, TN, RG, CG, D, T::QS, T::KS>(s, Qs, Ks, rg, cg);
+        if (has_rows)
+            mma_abt<TM, TN, RG, CG, D, T::QS, T::KS>(s, Qs, Ks, rg, cg);
 
         // Online softmax in registers (base 2): m_new = max(m, rowmax S), P = exp2(S - m_new),
         // l = exp2(m - m_new) l + rowsum P, Õ = exp2(m - m_new) Õ. Keys a row does not see (past
@@ -181,7 +185,8 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
         cp_async_commit();
 
         // Õ += P_ij V_j   (Br, D)
-        mma_ab<TM, OQ, RG, CG, BC, T::PS, T::VS>(o, Ps, Vs, rg, cg);
+        if (has_rows)
+            mma_ab<TM, OQ, RG, CG, BC, T::PS, T::VS>(o, Ps, Vs, rg, cg);
         __syncthreads(); // Vs and Ps free
 
         if (t + 1 < n_tiles)
