@@ -51,19 +51,21 @@ FL_HD static inline int tile_keys_seen(Causal c, int r0, int rows)
     return keys_seen(c, straddles(c, r0, rows) ? c.Tq - 1 : r0 + rows - 1);
 }
 
-/* Does some row of the tile [r0, r0 + rows) see key `key`? (Else the pair is fully masked.) */
-FL_HD static inline int tile_sees(Causal c, int r0, int rows, int key)
-{
-    return tile_keys_seen(c, r0, rows) > key;
-}
-
-/* The first tile start r >= r0 (in steps of `tile` rows, R rows in all) whose rows see key
- * `key`, or R when none does: the backward's walk over the query tiles skips the others. */
+/* The first tile start t >= r0 (in steps of `tile` rows, R rows in all) with a row that sees
+ * key `key`, or R when none does: the backward's walk over the query tiles skips the others. In
+ * every head the rows that see the key are the positions p >= key - offset, so the next such row
+ * is in r0's head or at the first of the next head's. */
 FL_HD static inline int next_tile_seeing(Causal c, int r0, int tile, int R, int key)
 {
-    while (r0 < R && !tile_sees(c, r0, R - r0 < tile ? R - r0 : tile, key))
-        r0 += tile;
-    return r0;
+    if (!c.on || r0 >= R)
+        return r0 < R ? r0 : R;
+    const int p_first = key - c.offset < 0 ? 0 : key - c.offset;
+    if (p_first >= c.Tq)
+        return R;
+    const int head = r0 / c.Tq * c.Tq; /* first packed row of r0's head */
+    const int first = head + p_first > r0 ? head + p_first : r0;
+    const int t = first / tile * tile;
+    return first >= R ? R : t > r0 ? t : r0;
 }
 
 /* Of the keys [kv0, kv0 + rows_kv), how many packed row `row` sees: always a prefix. */

@@ -63,6 +63,13 @@ FL_HD static inline int key_visible(Causal c, int row, int key)
     return key < keys_seen(c, row) && (key >= window_start(c, row) || key < sinks_end(c, row));
 }
 
+/* How many keys packed row `row` sees: the window run plus the sink tokens before it. */
+FL_HD static inline int visible_count(Causal c, int row)
+{
+    const int lo = window_start(c, row), se = sinks_end(c, row);
+    return keys_seen(c, row) - lo + (se < lo ? se : lo);
+}
+
 /* Does the tile of packed rows [r0, r0 + rows) run past the end of a head? */
 FL_HD static inline int straddles(Causal c, int r0, int rows)
 {
