@@ -236,6 +236,15 @@ CASES = [
 ]
 
 
+# Cases too large to commit (tens of MB): written on demand with `--large NAME --out DIR`, by the
+# tests that use them (tests/large_cases.cmake), into the build folder.
+LARGE_CASES = [
+    case("gptoss_t1024", 1001, B=1, Hq=64, Hkv=8, Tq=1024, d=64, window=128, sinks=True,
+         description="gpt-oss-like layer: Hq=64, Hkv=8, d=64, causal sliding window W=128, learned "
+                     "sinks, T=1024, B=1"),
+]
+
+
 def draw_inputs(c):
     """Inputs for one case, float32: q, k, v ~ N(0,1) (so scores ~ N(0,1) after the default
     scale), dO ~ N(0,1), sink logits ~ U(-1, 2)."""
@@ -452,7 +461,13 @@ def main(argv=None):
     ap.add_argument("--selftest", action="store_true",
                     help="check the gradients against finite differences and exit")
     ap.add_argument("--list", action="store_true", help="print the cases as a markdown table")
+    ap.add_argument("--large", metavar="NAME", choices=[c["name"] for c in LARGE_CASES],
+                    help="write only this large (uncommitted) case into --out")
     args = ap.parse_args(argv)
+    if args.large:
+        write_case(next(c for c in LARGE_CASES if c["name"] == args.large), args.out)
+        print(f"wrote {args.large} to {args.out}")
+        return 0
     if args.selftest:
         return selftest()
     if args.list:
