@@ -53,6 +53,7 @@ typedef struct {
     const char *stages;
     IntList T, d;
     int B, H, Hkv, Tq, reps, causal, json; /* Hkv, Tq: 0 = H, T (self-attention) */
+    int window, sink_tokens, sinks;          /* stage 10's mask and learned sinks */
     const char *positional[MAX_POSITIONAL];
     int npositional;
 } Options;
@@ -65,7 +66,7 @@ typedef struct {
 
 static const OptionSpec option_specs[] = {
     {"--device", 1, "check run tour bench"},
-    {"--variant", 1, "check run"},
+    {"--variant", 1, "check run bench"},
     {"--direction", 1, "check run bench"},
     {"--sram", 1, "check run tour bench"},
     {"--block-r", 1, "check run bench"},
@@ -81,6 +82,9 @@ static const OptionSpec option_specs[] = {
     {"--Tq", 1, "bench"},
     {"--d", 1, "bench"},
     {"--causal", 0, "bench"},
+    {"--window", 1, "bench"},
+    {"--sink-tokens", 1, "bench"},
+    {"--sinks", 0, "bench"},
     {"--reps", 1, "bench"},
     {"--json", 0, "bench"},
 };
@@ -214,6 +218,12 @@ static int apply_option(Options *o, const char *name, const char *value)
         return parse_int(cmd, name, value, 1, 1 << 24, &o->Tq);
     if (!strcmp(name, "--causal"))
         return o->causal = 1, FL_OK;
+    if (!strcmp(name, "--window"))
+        return parse_int(cmd, name, value, 0, 1 << 24, &o->window);
+    if (!strcmp(name, "--sink-tokens"))
+        return parse_int(cmd, name, value, 0, 1 << 24, &o->sink_tokens);
+    if (!strcmp(name, "--sinks"))
+        return o->sinks = 1, FL_OK;
     if (!strcmp(name, "--reps"))
         return parse_int(cmd, name, value, 1, 100000, &o->reps);
     if (!strcmp(name, "--json"))
@@ -287,13 +297,30 @@ static const char *human_bytes(double bytes, char *buf, size_t len)
     return buf;
 }
 
+/* Query-key pairs a sliding window (with sink tokens) keeps: per row, the window run plus the
+ * sink tokens before it (DESIGN §3). */
+static double windowed_pairs(const AttnProblem *p)
+{
+    double pairs = 0.0;
+    for (long i = 0; i < p->Tq; i++) {
+        const long pos = i + p->Tk - p->Tq, hi = pos + 1 < 0 ? 0 : pos + 1;
+        const long lo = hi - p->window > 0 ? hi - p->window : 0;
+        const long se = p->sink_tokens < hi ? p->sink_tokens : hi;
+        pairs += (double)(hi - lo + (se < lo ? se : lo));
+    }
+    return pairs;
+}
+
 /* FLOPs of what runner_time times, as the FlashAttention benchmarks count them (DESIGN §8):
  * forward 2·B·Hq·Tq·Tk·(d + dv) (= 4·B·Hq·Tq·Tk·d when d = dv), halved for causal when Tq = Tk;
+ * with a window, 2·B·Hq·(d + dv) per query-key pair the window keeps;
  * DIR_BWD times forward + backward: 3.5x forward (the backward alone is 2.5x). */
 static double attention_flops(const AttnProblem *p, Direction dir)
 {
     double f = 2.0 * p->B * p->Hq * (double)p->Tq * p->Tk * (p->d + p->dv);
-    if (p->causal && p->Tq == p->Tk)
+    if (p->window > 0)
+        f = 2.0 * p->B * p->Hq * windowed_pairs(p) * (p->d + p->dv);
+    else if (p->causal && p->Tq == p->Tk)
         f /= 2.0;
     return dir == DIR_BWD ? 3.5 * f : f;
 }
@@ -876,11 +903,12 @@ static int cmd_tour(Options *o)
 /* ==== bench ==================================================================================== */
 
 typedef struct {
-    Tensor q, k, v, dout;
+    Tensor q, k, v, dout, sinks;
 } BenchInputs;
 
 static void bench_inputs_free(BenchInputs *in)
 {
+    tensor_free(&in->sinks);
     tensor_free(&in->q);
     tensor_free(&in->k);
     tensor_free(&in->v);
@@ -904,10 +932,20 @@ static int bench_inputs(const Options *o, int T, int d, int with_dout, BenchInpu
         }
         rng_fill_normal(&rng, all[i]->data, tensor_numel(all[i]), 1.0f);
     }
+    int64_t sinks_shape[1] = {o->H};
+    if (o->sinks) { /* learned sink logits ~ N(0, 1) */
+        if (tensor_alloc_poisoned(&in->sinks, 1, sinks_shape) != 0) {
+            bench_inputs_free(in);
+            return -1;
+        }
+        rng_fill_normal(&rng, in->sinks.data, tensor_numel(&in->sinks), 1.0f);
+    }
     memset(p, 0, sizeof *p);
     p->B = o->B, p->Hq = o->H, p->Hkv = Hkv, p->Tq = Tq, p->Tk = T, p->d = d, p->dv = d;
     p->scale = 1.0f / sqrtf((float)d);
-    p->causal = o->causal;
+    p->causal = o->causal || o->window > 0; /* a window implies causal (DESIGN §3) */
+    p->window = o->window, p->sink_tokens = o->sink_tokens;
+    p->sinks = o->sinks ? in->sinks.data : NULL;
     p->q = in->q.data, p->k = in->k.data, p->v = in->v.data;
     p->dout = with_dout ? in->dout.data : NULL;
     return 0;
@@ -944,10 +982,12 @@ static void bench_print_row(const Options *o, const BenchRow *row, int first)
     if (o->json) {
         printf("%s\n  {\"stage\": \"%s\", \"name\": \"%s\", \"variant\": \"%s\", \"device\": \"%s\", "
                "\"direction\": \"%s\", \"B\": %d, \"Hq\": %d, \"Hkv\": %d, \"Tq\": %d, \"Tk\": %d, \"d\": %d, "
-               "\"dv\": %d, \"causal\": %s, \"flops\": %.0f, ",
+               "\"dv\": %d, \"causal\": %s, \"window\": %d, \"sink_tokens\": %d, \"sinks\": %s, "
+               "\"flops\": %.0f, ",
                first ? "" : ",", row->impl->stage, row->impl->name, row->impl->variant,
                device_name(row->impl->device), row->dir == DIR_BWD ? "bwd" : "fwd", p->B, p->Hq, p->Hkv, p->Tq,
-               p->Tk, p->d, p->dv, p->causal ? "true" : "false", row->flops);
+               p->Tk, p->d, p->dv, p->causal ? "true" : "false", p->window, p->sink_tokens,
+               p->sinks ? "true" : "false", row->flops);
         if (row->error) {
             printf("\"error\": ");
             json_string(row->error);
@@ -1004,7 +1044,7 @@ static int bench_one(const Options *o, const StageImpl *impl, int T, int d, Benc
         row->written_bwd = stats.bwd.bytes_written;
     }
     bench_inputs_free(&in);
-    row->p.q = row->p.k = row->p.v = row->p.dout = NULL;
+    row->p.q = row->p.k = row->p.v = row->p.dout = row->p.sinks = NULL;
     return rc;
 }
 
@@ -1027,7 +1067,8 @@ static int bench_select(const Options *o, const StageImpl **chosen, int *count)
             return FL_BAD_INPUT;
         }
         for (int i = 0; all[i] && *count < 128; i++)
-            if (all[i]->device == o->device && (!want || !strcmp(all[i]->stage, want->stage)))
+            if (all[i]->device == o->device && (!want || !strcmp(all[i]->stage, want->stage)) &&
+                (!o->variant || !strcmp(all[i]->variant, o->variant)))
                 chosen[(*count)++] = all[i];
     } while (tok && (tok = strtok_r(NULL, ",", &save)) != NULL);
     return FL_OK;
@@ -1306,11 +1347,14 @@ static const Command commands[] = {
      "stage ran; 77 --device cuda without a CUDA device.\n"},
     {"bench", cmd_bench,
      "flashlab bench [--device cpu|cuda] [--stages 01,02,03] [--T 512,1024,2048,4096] [--B 1] [--H 8]\n"
-     "               [--Hkv N] [--Tq N] [--d 64] [--causal] [--direction fwd|bwd] [--reps N]\n"
-     "               [--sram BYTES] [--block-r N] [--block-c N] [--threads N] [--json]",
+     "               [--Hkv N] [--Tq N] [--d 64] [--causal] [--window W] [--sink-tokens S] [--sinks]\n"
+     "               [--direction fwd|bwd] [--variant V] [--reps N] [--sram BYTES] [--block-r N]\n"
+     "               [--block-c N] [--threads N] [--json]",
      "Times the stages on seeded random problems: q (B, H, Tq, d), k and v (B, Hkv, T, d), d = dv.\n"
      "By default Tq = T and Hkv = H (self-attention); --Tq 1 --Hkv 8 --H 32 is a GQA decode step\n"
-     "(stages without the gqa feature then report the row as unsupported).\n"
+     "(stages without the gqa feature then report the row as unsupported). --window W (implies\n"
+     "--causal), --sink-tokens S and --sinks (learned sink logits, seeded N(0, 1)) ask for stage 10.\n"
+     "--variant V benches only that variant of each stage ('' = the default one).\n"
      "For each (stage implementation, T, d): one counting run (HBM bytes, extra memory) and a timed\n"
      "run: the median of --reps runs after one warm-up, counting off. Prints time in ms, GFLOP/s\n"
      "(TFLOP/s on cuda), HBM bytes read and written, and extra memory, one row per run as it finishes;\n"
@@ -1319,7 +1363,8 @@ static const Command commands[] = {
      "pass) of the stages that have a backward; its HBM bytes are those of both passes (JSON also\n"
      "gives the backward pass alone: hbm_read_bytes_bwd_pass, hbm_written_bytes_bwd_pass) and its\n"
      "extra memory the larger of the two passes'.\n"
-     "FLOPs: 4*B*H*Tq*T*d forward, halved with --causal when Tq = T; forward + backward 3.5x forward.\n"
+     "FLOPs: 4*B*H*Tq*T*d forward, halved with --causal when Tq = T; with --window, 4*B*H*d per\n"
+     "query-key pair the window (and sink tokens) keep; forward + backward 3.5x forward.\n"
      "Defaults: cpu: every CPU implementation, T = 512,1024,2048,4096, B = 1, H = 8, d = 64, reps 3.\n"
      "          cuda: every CUDA implementation, T = 1024,4096,16384, B = 4, H = 16, d = 64,128, reps 20.\n"
      "Exit: 0 ok; 1 a run failed (its row shows why; e.g. out of memory); 2 bad usage; 77 no CUDA\n"

@@ -19,6 +19,7 @@
 #   BENCH_STAGES=05,06    only these stages in the bench (default: every CUDA stage)
 #   SANITIZE_STAGES=06    only these stages under compute-sanitizer (default: every CUDA stage)
 #   SKIP_CAUSAL=1         no causal bench / SDPA runs      SKIP_DECODE=1   no GQA decode bench
+#   SKIP_WINDOW=1         no sliding-window bench (stage 10: T scaling at W = 256, W >= T vs 08)
 #   DECODE_ARGS="--B 8 --H 32 --Hkv 8 --Tq 1 --T 16384 --d 128"   the decode problem
 #   REPS=10               timed runs per shape (flashlab and SDPA)
 # Exit status: 0 when every part that ran passed, else 1.
@@ -201,6 +202,45 @@ if [ -s "$OUT/bench.json" ] && [ -s "$OUT/sdpa_fwd.json" ]; then
     [ -s "$f" ] && sdpa_files+=("$f")
   done
   python3 tools/sdpa_bench.py --compare "$OUT/bench.json" "${sdpa_files[@]}" | tee "$OUT/summary.txt"
+fi
+
+if [ "${SKIP_WINDOW:-0}" != 1 ] && in_list 10 "$bench_stages"; then
+  step "sliding window: stage 10 at W = 256 + learned sinks, T = 4096 and 32768; W >= T against stage 08 causal"
+  for direction in fwd bwd; do
+    "$FLASHLAB" bench --device cuda --stages 10 --variant "" --window 256 --sinks --T 4096,32768 --d 64,128 \
+      --direction $direction --reps "$REPS" --json >"$OUT/window_$direction.json"
+    record "window bench $direction" $?
+    "$FLASHLAB" bench --device cuda --stages 10 --variant "" --window 4096 --T 4096 --d 64,128 \
+      --direction $direction --reps "$REPS" --json >"$OUT/window_full_$direction.json"
+    record "window W>=T bench $direction" $?
+    "$FLASHLAB" bench --device cuda --stages 08 --variant "" --causal --T 4096 --d 64,128 \
+      --direction $direction --reps "$REPS" --json >"$OUT/window_causal08_$direction.json"
+    record "stage 08 causal bench $direction" $?
+  done
+  python3 - "$OUT" <<'PY' | tee "$OUT/window.txt"
+import json, sys, os
+out = sys.argv[1]
+def rows(name):
+    try:
+        return [r for r in json.load(open(os.path.join(out, name))) if not r.get("error")]
+    except (OSError, ValueError):
+        return []
+for direction in ("fwd", "bwd"):
+    w = {(r["Tk"], r["d"]): r for r in rows("window_%s.json" % direction)}
+    full = {r["d"]: r for r in rows("window_full_%s.json" % direction)}
+    causal = {r["d"]: r for r in rows("window_causal08_%s.json" % direction)}
+    label = "forward + backward" if direction == "bwd" else "forward"
+    for d in (64, 128):
+        a, b = w.get((4096, d)), w.get((32768, d))
+        if a and b:
+            print("stage 10 %s, W = 256 + sinks, d = %d: T = 4096 %.3f ms, T = 32768 %.3f ms: x%.2f for 8x T "
+                  "(HBM read x%.2f)" % (label, d, a["time_ms"], b["time_ms"], b["time_ms"] / a["time_ms"],
+                                        b["hbm_read_bytes"] / a["hbm_read_bytes"]))
+        f, c = full.get(d), causal.get(d)
+        if f and c:
+            print("stage 10 %s, W = 4096 >= T = 4096, d = %d: %.3f ms; stage 08 causal %.3f ms: ratio %.3f"
+                  % (label, d, f["time_ms"], c["time_ms"], f["time_ms"] / c["time_ms"]))
+PY
 fi
 
 echo
