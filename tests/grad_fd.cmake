@@ -1,6 +1,7 @@
 # The reference-free gradient check: an implementation's backward pass against central finite
 # differences of its own forward pass (tests/test_grad_fd.c). Usage: test_grad_fd STAGE DEVICE [VARIANT].
-# An implementation that supports the causal mask (stage 07 on) is checked with the mask on.
+# An implementation that supports the causal mask (stage 07 on) is checked with the mask on; one
+# that supports GQA (stage 08 on) on grouped shapes (group 3, MQA) as well.
 add_unit_test(test_grad_fd)
 add_test(NAME stage06_backward_gradfd_cpu COMMAND test_grad_fd 06 cpu)
 add_test(NAME stage06_backward_gradfd_cpu_naive COMMAND test_grad_fd 06 cpu naive)
@@ -23,4 +24,17 @@ if(FLASHLAB_HAVE_CUDA)
   set_tests_properties(stage07_causal_gradfd_cuda stage07_causal_gradfd_cuda_naive
                        stage07_causal_gradfd_cuda_deterministic
                        PROPERTIES LABELS "stage07;gpu" SKIP_RETURN_CODE 77)
+endif()
+# Stage 08 (GQA) is checked with the mask on, on the same shapes and on grouped ones (group 3, MQA).
+add_test(NAME stage08_gqa_gradfd_cpu COMMAND test_grad_fd 08 cpu)
+add_test(NAME stage08_gqa_gradfd_cpu_naive COMMAND test_grad_fd 08 cpu naive)
+set_tests_properties(stage08_gqa_gradfd_cpu stage08_gqa_gradfd_cpu_naive
+                     PROPERTIES LABELS "stage08;cpu")
+if(FLASHLAB_HAVE_CUDA)
+  add_test(NAME stage08_gqa_gradfd_cuda COMMAND test_grad_fd 08 cuda)
+  add_test(NAME stage08_gqa_gradfd_cuda_naive COMMAND test_grad_fd 08 cuda naive)
+  add_test(NAME stage08_gqa_gradfd_cuda_deterministic COMMAND test_grad_fd 08 cuda deterministic)
+  set_tests_properties(stage08_gqa_gradfd_cuda stage08_gqa_gradfd_cuda_naive
+                       stage08_gqa_gradfd_cuda_deterministic
+                       PROPERTIES LABELS "stage08;gpu" SKIP_RETURN_CODE 77)
 endif()

@@ -25,8 +25,10 @@
  *   E_trunc = |g_fd(2ε) - g_fd(ε)| / 3   the O(ε²) truncation term: g_fd(ε) = g + c₂ ε² + O(ε⁴),
  *            so g_fd(2ε) - g_fd(ε) = 3 c₂ ε² + O(ε⁴), up to roundoff that E_round covers; doubled
  *            for the O(ε⁴) rest.
- *   E_grad = c u κ_g G   float32 roundoff in the gradients themselves, κ_g = sqrt(d + dv + Tq + Tk)
- *            (their longest accumulations), relative to G = sum |∇_k δ_k|, the sum of the
+ *   E_grad = c u κ_g G   float32 roundoff in the gradients themselves, κ_g = sqrt(d + dv + R + Tk)
+ *            (their longest accumulations: dQ over Tk keys, dK and dV over the R = (Hq / Hkv) Tq
+ *            query rows that read one kv head, R = Tq without GQA), relative to
+ *            G = sum |∇_k δ_k|, the sum of the
  *            absolute terms of g_an (the scale the check is relative to: |g_fd - g_an| / G is
  *            printed).
  * ε balances E_round ∝ 1/ε against E_trunc ∝ ε² (c₂ ~ κ³ G / 6, κ ~ 1: a unit step along δ moves
@@ -42,6 +44,10 @@
  * κ_g remain upper bounds, and |dO|_2 in E_round is taken over the rows that see at least one key
  * (a row that sees none has o = 0 exactly, with no rounding error for its dO to weigh), which is
  * the plain |dO|_2 when nothing is masked.
+ *
+ * GQA: when the implementation supports it (FEAT_GQA), shapes with Hq = group Hkv run as well
+ * (mask on when supported). Nothing else changes: κ_f is per query row (Tk keys), and κ_g already
+ * counts the longest accumulation of dK and dV, over the group's R = group Tq rows.
  *
  * Usage: test_grad_fd STAGE cpu|cuda [VARIANT]   e.g. test_grad_fd 06 cpu naive
  * Exit: 0 all checks pass; 1 a check failed or the stage/variant does not exist; 2 bad usage;
@@ -80,6 +86,24 @@ static const FdShape causal_shapes[] = {
     {{1, 1, 128, 128, 64, 64}, 0.0f},
 };
 enum { CAUSAL_SHAPE_COUNT = sizeof causal_shapes / sizeof causal_shapes[0] };
+
+/* Run too by an implementation with grouped-query attention (FEAT_GQA), with the causal mask on
+ * when it has one: H query heads read Hkv kv heads (group H / Hkv; Hkv = 1 is MQA). MQA group 3
+ * with odd T; group 3 with Tq < Tk, d != dv, B > 2; MQA with Tq > Tk (37 of 50 rows of every head
+ * see no key); an MQA decode step (Tq = 1, group 4); group 3 with Tq = 100 > Tk, whose packed
+ * tiles (R = 300 rows per kv head) straddle two heads in every kernel. dK and dV sum over the
+ * group. */
+typedef struct {
+    FdShape sh;
+    int Hkv;
+} GqaFdShape;
+
+static const GqaFdShape gqa_shapes[] = {
+    {{{1, 3, 37, 37, 24, 24}, 0.0f}, 1},  {{{2, 6, 20, 45, 32, 16}, 0.0f}, 2},
+    {{{1, 3, 50, 13, 40, 24}, 0.0f}, 1},  {{{1, 4, 1, 50, 64, 64}, 0.0f}, 1},
+    {{{1, 6, 100, 60, 64, 64}, 0.0f}, 2},
+};
+enum { GQA_SHAPE_COUNT = sizeof gqa_shapes / sizeof gqa_shapes[0] };
 
 static const double EPS = 1e-2;
 static const double U = 5.9604644775390625e-08; /* 2^-24, float32 unit roundoff */
@@ -204,7 +228,8 @@ static int check_direction(Fd *f, const Input *in, int count, const char *label,
     const AttnProblem *p = &f->x.p;
     const double e_round = roundoff_f(p, EPS);
     const double e_trunc = fabs(g_fd2 - g_fd) / 3.0;
-    const double e_grad = 8.0 * U * sqrt((double)p->d + p->dv + p->Tq + p->Tk) * G;
+    const double R = (double)(p->Hq / p->Hkv) * p->Tq; /* rows summed into one dK/dV row */
+    const double e_grad = 8.0 * U * sqrt((double)p->d + p->dv + R + p->Tk) * G;
     const double tol = e_round + 2.0 * e_trunc + e_grad;
     const double diff = fabs(g_fd - g_an);
     failed = !(diff <= tol); /* NaN fails */
@@ -218,11 +243,11 @@ done:
     return failed;
 }
 
-/* The problem of one shape (causal: with the mask on): inputs, dO, sinks when supported; then one
- * backward run. */
-static int fd_setup(Fd *f, const FdShape *sh, int causal, uint64_t seed)
+/* The problem of one shape (hkv kv heads, 0: Hkv = H; causal: with the mask on): inputs, dO,
+ * sinks when supported; then one backward run. */
+static int fd_setup(Fd *f, const FdShape *sh, int hkv, int causal, uint64_t seed)
 {
-    const TestFeatures feat = {0, causal};
+    const TestFeatures feat = {hkv, causal};
     if (test_problem_make_with(&f->x, &sh->s, &feat, seed) != 0 ||
         test_problem_add_backward(&f->x, seed + 1) != 0) {
         fprintf(stderr, "out of memory\n");
@@ -257,7 +282,7 @@ static void fd_free(Fd *f)
 }
 
 /* Every input alone, then all together, on one shape; returns the number of failed checks. */
-static int check_shape(const StageImpl *impl, const FdShape *sh, int causal, int index)
+static int check_shape(const StageImpl *impl, const FdShape *sh, int hkv, int causal, int index)
 {
     Fd f;
     memset(&f, 0, sizeof f);
@@ -265,10 +290,10 @@ static int check_shape(const StageImpl *impl, const FdShape *sh, int causal, int
     f.opts.threads = 2;
     const uint64_t seed = 4242u + 97u * (uint64_t)index;
     const TestShape *s = &sh->s;
-    printf("B=%d H=%d Tq=%d Tk=%d d=%d dv=%d scale=%g%s%s\n", s->B, s->H, s->Tq, s->Tk, s->d, s->dv,
-           sh->scale > 0 ? sh->scale : 1.0 / sqrt((double)s->d), causal ? " causal" : "",
-           impl->features & FEAT_SINKS ? " sinks" : "");
-    if (fd_setup(&f, sh, causal, seed) != 0) {
+    printf("B=%d H=%d Hkv=%d Tq=%d Tk=%d d=%d dv=%d scale=%g%s%s\n", s->B, s->H, hkv ? hkv : s->H,
+           s->Tq, s->Tk, s->d, s->dv, sh->scale > 0 ? sh->scale : 1.0 / sqrt((double)s->d),
+           causal ? " causal" : "", impl->features & FEAT_SINKS ? " sinks" : "");
+    if (fd_setup(&f, sh, hkv, causal, seed) != 0) {
         fd_free(&f);
         return 1;
     }
@@ -313,16 +338,22 @@ int main(int argc, char **argv)
                 attn_feature_added_by(FEAT_BACKWARD));
         return 3;
     }
-    printf("stage %s (%s%s%s, %s): central differences, eps = %g%s\n", impl->stage, impl->name,
+    printf("stage %s (%s%s%s, %s): central differences, eps = %g%s%s\n", impl->stage, impl->name,
            variant[0] ? " " : "", variant, argv[2], EPS,
-           impl->features & FEAT_CAUSAL ? ", causal mask on" : "");
+           impl->features & FEAT_CAUSAL ? ", causal mask on" : "",
+           impl->features & FEAT_GQA ? ", GQA shapes too" : "");
     /* an implementation with the causal mask is checked with it on, on its own shapes too */
     const int causal = (impl->features & FEAT_CAUSAL) != 0;
     int failures = 0;
     for (int i = 0; i < SHAPE_COUNT; i++)
-        failures += check_shape(impl, &shapes[i], causal, i);
+        failures += check_shape(impl, &shapes[i], 0, causal, i);
     for (int i = 0; causal && i < CAUSAL_SHAPE_COUNT; i++)
-        failures += check_shape(impl, &causal_shapes[i], causal, SHAPE_COUNT + i);
+        failures += check_shape(impl, &causal_shapes[i], 0, causal, SHAPE_COUNT + i);
+    /* an implementation with GQA is checked on grouped shapes too */
+    const int gqa = (impl->features & FEAT_GQA) != 0;
+    for (int i = 0; gqa && i < GQA_SHAPE_COUNT; i++)
+        failures += check_shape(impl, &gqa_shapes[i].sh, gqa_shapes[i].Hkv, causal,
+                                SHAPE_COUNT + CAUSAL_SHAPE_COUNT + i);
     printf("%d check(s) failed\n", failures);
     return failures ? 1 : 0;
 }
