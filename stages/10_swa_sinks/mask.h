@@ -12,7 +12,7 @@
  * When Tq > Tk the first Tq - Tk rows of every head see no key at all.
  * A (query tile, key tile) pair is one of three kinds:
  *   fully visible   every row sees every key of the tile: computed with no mask
- *   crossing        some row misses some key: computed, then masked key by key (key_visible)
+ *   crossing        some row misses some key: computed, then masked key by key (sees)
  *   fully masked    no row sees any key of the tile: never loaded, never computed
  * Around the diagonal band and the sink columns, every other tile is fully masked, so the work
  * per query row is O(W + S), not O(Tk). With `on` false every row sees every key. */
@@ -38,72 +38,69 @@ static inline Causal causal_make(int on, int Tq, int Tk, int window, int sink_to
 
 FL_HD static inline int clamp_int(int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; }
 
-/* End of the keys packed row `row` sees (exclusive): keys j <= p, at most Tk. */
-FL_HD static inline int keys_seen(Causal c, int row)
+/* The keys one row sees: the window run [lo, hi) and the sink run [0, se). */
+typedef struct {
+    int lo, hi, se;
+} KeyRuns;
+
+/* The runs of packed row `row`: hi = p + 1 (keys j <= p, at most Tk), lo = hi - W with a window
+ * (else 0), se = min(S, hi). Without the causal mask every row sees every key. */
+FL_HD static inline KeyRuns row_runs(Causal c, int row)
 {
-    return !c.on ? c.Tk : clamp_int(row % c.Tq + c.offset + 1, 0, c.Tk);
+    const int hi = !c.on ? c.Tk : clamp_int(row % c.Tq + c.offset + 1, 0, c.Tk);
+    const int lo = c.window > 0 ? clamp_int(hi - c.window, 0, c.Tk) : 0;
+    KeyRuns k = {lo, hi, c.sink_tokens < hi ? c.sink_tokens : hi};
+    return k;
 }
 
-/* Start of the row's window: the keys before it are hidden unless they are sink tokens. */
-FL_HD static inline int window_start(Causal c, int row)
+/* Does a row with runs k see key `key`? */
+FL_HD static inline int sees(KeyRuns k, int key)
 {
-    return c.window > 0 ? clamp_int(keys_seen(c, row) - c.window, 0, c.Tk) : 0;
+    return key < k.hi && (key >= k.lo || key < k.se);
 }
 
-/* End of the row's sink tokens (exclusive). */
-FL_HD static inline int sinks_end(Causal c, int row)
+/* How many keys a row with runs k sees: the window run plus the sink tokens before it. */
+FL_HD static inline int visible_count(KeyRuns k)
 {
-    const int hi = keys_seen(c, row);
-    return c.sink_tokens < hi ? c.sink_tokens : hi;
+    return k.hi - k.lo + (k.se < k.lo ? k.se : k.lo);
 }
 
-/* Does packed row `row` see key `key`? */
-FL_HD static inline int key_visible(Causal c, int row, int key)
+/* What a tile of packed rows [r0, r0 + rows) sees, through its lowest and its furthest row (by
+ * position; every other row's runs lie between theirs). A tile that runs past the end of a head
+ * covers every position: its lowest row is position 0, its furthest Tq - 1. Computed once per
+ * query tile; the per-key-tile decisions below are then a few comparisons. */
+typedef struct {
+    KeyRuns low, far;
+} TileRuns;
+
+FL_HD static inline TileRuns tile_runs(Causal c, int r0, int rows)
 {
-    return key < keys_seen(c, row) && (key >= window_start(c, row) || key < sinks_end(c, row));
+    const int first = r0 % c.Tq, straddles = first + rows > c.Tq;
+    const int low = straddles ? 0 : first, far = straddles ? c.Tq - 1 : first + rows - 1;
+    TileRuns t = {row_runs(c, low), row_runs(c, far)};
+    return t;
 }
 
-/* How many keys packed row `row` sees: the window run plus the sink tokens before it. */
-FL_HD static inline int visible_count(Causal c, int row)
+/* The first key tile start kv >= kv0 (a multiple of `tile`) holding a key some row of the query
+ * tile sees, or >= far.hi when there is none (the walk ends at far.hi). The rows see the sinks
+ * [0, far.se) and the window keys [low.lo, far.hi): the walk visits the sink tiles, then jumps
+ * to the band. */
+FL_HD static inline int next_key_tile(TileRuns t, int kv0, int tile)
 {
-    const int lo = window_start(c, row), se = sinks_end(c, row);
-    return keys_seen(c, row) - lo + (se < lo ? se : lo);
-}
-
-/* Does the tile of packed rows [r0, r0 + rows) run past the end of a head? */
-FL_HD static inline int straddles(Causal c, int r0, int rows)
-{
-    return r0 % c.Tq + rows > c.Tq;
-}
-
-/* The tile's lowest and furthest rows (by position): a straddling tile covers every position. */
-FL_HD static inline int lowest_row(Causal c, int r0, int rows)
-{
-    return straddles(c, r0, rows) ? 0 : r0 % c.Tq;
-}
-FL_HD static inline int furthest_row(Causal c, int r0, int rows)
-{
-    return straddles(c, r0, rows) ? c.Tq - 1 : r0 % c.Tq + rows - 1;
-}
-
-/* The keys the tile's furthest row sees: the tile's K/V walk ends there. */
-FL_HD static inline int tile_keys_seen(Causal c, int r0, int rows)
-{
-    return keys_seen(c, furthest_row(c, r0, rows));
-}
-
-/* The first key tile start t >= kv0 (a multiple of `tile`) holding a key some row of the query
- * tile [r0, r0 + rows) sees, or >= Tk when there is none. The rows see the sinks [0, se) of the
- * furthest row and the window run [lo, hi) from the lowest row's start to the furthest row's end:
- * the walk visits the sink tiles, then jumps to the band. */
-FL_HD static inline int next_key_tile(Causal c, int r0, int rows, int kv0, int tile)
-{
-    const int far = furthest_row(c, r0, rows), hi = keys_seen(c, far);
-    if (kv0 < sinks_end(c, far))
+    if (kv0 < t.far.se)
         return kv0;
-    const int band = window_start(c, lowest_row(c, r0, rows)) / tile * tile;
-    const int t = kv0 > band ? kv0 : band;
-    return t < hi ? t : c.Tk;
+    const int band = t.low.lo / tile * tile;
+    return kv0 > band ? kv0 : band;
+}
+
+/* Does the pair (query tile t, keys [kv0, kv0 + n)) need the mask, i.e. may some row miss some
+ * key? It is fully visible when every key is before the lowest row's end and either after the
+ * furthest row's window start or among the lowest row's sink tokens. */
+FL_HD static inline int crosses(Causal c, TileRuns t, int kv0, int n)
+{
+    const int before_end = kv0 + n <= t.low.hi;
+    const int in_window = kv0 >= t.far.lo, in_sinks = kv0 + n <= t.low.se;
+    return c.on && !(before_end && (in_window || in_sinks));
 }
 
 /* The first query tile start t >= r0 (in steps of `tile` rows, R rows in all) with a row that
@@ -127,18 +124,6 @@ FL_HD static inline int next_tile_seeing(Causal c, int r0, int tile, int R, int 
         first = r0;
     const int t = first / tile * tile;
     return first >= R ? R : t > r0 ? t : r0;
-}
-
-/* Does the pair (packed rows [r0, r0 + rows), keys [kv0, kv0 + n)) need the mask, i.e. may some
- * row miss some key? The pair is fully visible when every key is before the lowest row's end and
- * either after the furthest row's window start or among the lowest row's sink tokens. */
-FL_HD static inline int crosses(Causal c, int r0, int rows, int kv0, int n)
-{
-    const int low = lowest_row(c, r0, rows), far = furthest_row(c, r0, rows);
-    const int before_end = kv0 + n <= keys_seen(c, low);
-    const int in_window = kv0 >= window_start(c, far);
-    const int in_sinks = kv0 + n <= sinks_end(c, low);
-    return c.on && !(before_end && (in_window || in_sinks));
 }
 
 #endif

@@ -113,12 +113,14 @@ static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
  * probabilities (0): rows from i0, keys from j0. Fully visible tiles are left as they are. */
 static void mask_tile(Causal c, float *tile, size_t i0, size_t rows, size_t j0, size_t n, float value)
 {
-    if (!crosses(c, (int)i0, (int)rows, (int)j0, (int)n))
+    if (!crosses(c, tile_runs(c, (int)i0, (int)rows), (int)j0, (int)n))
         return;
-    for (size_t i = 0; i < rows; i++)
+    for (size_t i = 0; i < rows; i++) {
+        const KeyRuns k = row_runs(c, (int)(i0 + i));
         for (size_t j = 0; j < n; j++)
-            if (!key_visible(c, (int)(i0 + i), (int)(j0 + j)))
+            if (!sees(k, (int)(j0 + j)))
                 tile[i * n + j] = value;
+    }
 }
 
 /* The mask of a problem. */
@@ -211,7 +213,8 @@ static void fa2_block(const AttnProblem *p, const Head x, size_t i0, const Tiles
     const size_t rows = min_size(Br, R - i0); /* rows in block i; the last may be short */
     const Causal causal = mask_of(p);
     /* Keys up to the block's furthest row's position; the chunks past them are never loaded. */
-    const size_t Tk = (size_t)tile_keys_seen(causal, (int)i0, (int)rows);
+    const TileRuns tile = tile_runs(causal, (int)i0, (int)rows);
+    const size_t Tk = (size_t)tile.far.hi;
 
     hbm_load(hbm, s->Q, x.q + i0 * d, rows * d); /* Q_i  (rows, d), read once */
     // Õ_i = 0, m_i = -inf, l_i = 0, in SRAM; with learned sinks the softmax starts from the row's
@@ -224,8 +227,8 @@ static void fa2_block(const AttnProblem *p, const Head x, size_t i0, const Tiles
     }
 
     // The K/V chunks that hold a key some row sees: the sink chunks, then the band
-    for (size_t j0 = (size_t)next_key_tile(causal, (int)i0, (int)rows, 0, (int)Bc); j0 < Tk;
-         j0 = (size_t)next_key_tile(causal, (int)i0, (int)rows, (int)(j0 + Bc), (int)Bc)) {
+    for (size_t j0 = (size_t)next_key_tile(tile, 0, (int)Bc); j0 < Tk;
+         j0 = (size_t)next_key_tile(tile, (int)(j0 + Bc), (int)Bc)) {
         const size_t n = min_size(Bc, Tk - j0); /* keys in chunk j; the last one may be short */
         hbm_load(hbm, s->K, x.k + j0 * d, n * d);   /* K_j  (n, d) */
         hbm_load(hbm, s->V, x.v + j0 * dv, n * dv); /* V_j  (n, dv) */

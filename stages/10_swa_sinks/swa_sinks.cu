@@ -5,7 +5,7 @@
  * sink tokens: each row sees the sink run [0, se) and the window run [lo, hi). The forward's K/V
  * walk (and the deterministic dQ kernel's) visits the sink tiles, then jumps to the band
  * (next_key_tile); the K/V-tile kernel's walk over the query tiles jumps to the rows the window
- * reaches (next_tile_seeing); a tile that crosses an edge is masked key by key (key_visible). A
+ * reaches (next_tile_seeing); a tile that crosses an edge is masked key by key (sees). A
  * learned sink logit starts each row's online softmax (m = s_h, l = 1), so it joins lse but not
  * O; a last small kernel sums dsinks[h] = -sum P_sink D in a fixed order (deterministic).
  *
@@ -109,8 +109,8 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
     const float *v = a.v + (size_t)g * a.Tk * a.dv;
     // The K/V tiles holding a key some row sees: the sink tiles, then the band up to the
     // furthest row's last key (kv_end); the others are never loaded. None when no row sees a key.
-    const int kv_end = tile_keys_seen(a.causal, q0, rows_q);
-    const int kv_first = next_key_tile(a.causal, q0, rows_q, 0, BC);
+    const TileRuns tile = tile_runs(a.causal, q0, rows_q);
+    const int kv_end = tile.far.hi, kv_first = next_key_tile(tile, 0, BC);
     // A decode step fills only R of the Br rows (R = group with Tq = 1): the threads whose rows
     // are all absent skip the two products (they still join the row reductions and barriers).
     const bool has_rows = rg < rows_q;
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
 
     for (int kv0 = kv_first, kv_next; kv0 < kv_end; kv0 = kv_next) {
         const int rows_kv = min(BC, a.Tk - kv0);
-        kv_next = next_key_tile(a.causal, q0, rows_q, kv0 + BC, BC);
+        kv_next = next_key_tile(tile, kv0 + BC, BC);
         cp_async_wait<1>(); // Q_i and K_j have landed (V_j may still be in flight)
         __syncthreads();
         if (tid == 0)
@@ -160,15 +160,15 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
         // Online softmax in registers (base 2): m_new = max(m, rowmax S), P = exp2(S - m_new),
         // l = exp2(m - m_new) l + rowsum P, Õ = exp2(m - m_new) Õ. Keys a row does not see (past
         // Tk, or hidden by the mask in a tile that crosses one of its edges) get -inf.
-        const bool cross = crosses(a.causal, q0, rows_q, kv0, rows_kv);
+        const bool cross = crosses(a.causal, tile, kv0, rows_kv);
 #pragma unroll
         for (int i = 0; i < TM; i++) {
-            const int row = q0 + rg + RG * i;
+            const KeyRuns runs = row_runs(a.causal, cross ? q0 + rg + RG * i : 0); // used if cross
             float mx = -INFINITY;
 #pragma unroll
             for (int j = 0; j < TN; j++) {
                 const int c = cg + CG * j;
-                const bool seen = c < rows_kv && (!cross || key_visible(a.causal, row, kv0 + c));
+                const bool seen = c < rows_kv && (!cross || sees(runs, kv0 + c));
                 const float x = seen ? s[i][j] * a.scale_log2 : -INFINITY;
                 s[i][j] = x;
                 mx = fmaxf(mx, x);
@@ -412,8 +412,8 @@ __device__ __forceinline__ void load_key_tile(const BwdSmem<T> &sm, const BwdArg
 // an edge of the mask, the keys the row does not see get P = 0.
 template <class T>
 __device__ __forceinline__ void p_and_dp(const BwdSmem<T> &sm, const BwdArgs &a, int half, int q0,
-                                         int rows_q, int kv0, int rows_kv, int srg, int scg,
-                                         float (&dp)[T::STM][T::STN])
+                                         int rows_q, const TileRuns &tile, int kv0, int rows_kv,
+                                         int srg, int scg, float (&dp)[T::STM][T::STN])
 {
     zero(dp);
     if (half == 1) {
@@ -423,16 +423,16 @@ __device__ __forceinline__ void p_and_dp(const BwdSmem<T> &sm, const BwdArgs &a,
     float s[T::STM][T::STN];
     zero(s);
     mma_abt<T::STM, T::STN, T::SRG, T::SCG, T::D, T::QS, T::QS>(s, sm.Qs, sm.Ks, srg, scg);
-    const bool cross = crosses(a.causal, q0, rows_q, kv0, rows_kv);
+    const bool cross = crosses(a.causal, tile, kv0, rows_kv);
 #pragma unroll
     for (int i = 0; i < T::STM; i++) {
         const int r = srg + T::SRG * i;
         const float lse2 = sm.Ls[r] * kLog2e; // -inf for a row that sees no key: masked below
+        const KeyRuns runs = row_runs(a.causal, cross ? q0 + r : 0); // used if cross
 #pragma unroll
         for (int j = 0; j < T::STN; j++) {
             const int c = scg + T::SCG * j; // rows past R and keys past Tk are not real
-            const bool real = r < rows_q && c < rows_kv &&
-                              (!cross || key_visible(a.causal, q0 + r, kv0 + c));
+            const bool real = r < rows_q && c < rows_kv && (!cross || sees(runs, kv0 + c));
             sm.PTs[c * T::PTS + r] = real ? exp2f(s[i][j] * a.scale_log2 - lse2) : 0.0f;
         }
     }
@@ -494,7 +494,8 @@ __global__ void __launch_bounds__(T::NT, T::MINB) bwd_dkdv_kernel(BwdArgs a)
         __syncthreads(); // Q_i, dO_i (and K_j, V_j) have landed
 
         float dp[T::STM][T::STN];
-        p_and_dp(sm, a, half, q0, rows_q, kv0, rows_kv, srg, scg, dp);
+        p_and_dp(sm, a, half, q0, rows_q, tile_runs(a.causal, q0, rows_q), kv0, rows_kv, srg, scg,
+                 dp);
         __syncthreads(); // P^T visible
         if (half == 1)
             ds_from_p<T, true, DQ_ATOMIC>(sm, srg, scg, dp);
@@ -564,8 +565,8 @@ __global__ void __launch_bounds__(T::NT, T::MINB) bwd_dq_kernel(BwdArgs a)
     const int q0 = (gridDim.y - 1 - blockIdx.y) * T::BR, rows_q = min(T::BR, a.R - q0);
     const size_t q_row0 = (size_t)g * a.R + q0, kv_row0 = (size_t)g * a.Tk;
     // The K/V tiles the rows see, as in the forward: the sink tiles, then the band to kv_end.
-    const int kv_end = tile_keys_seen(a.causal, q0, rows_q);
-    const int kv_first = next_key_tile(a.causal, q0, rows_q, 0, T::BC);
+    const TileRuns tile = tile_runs(a.causal, q0, rows_q);
+    const int kv_end = tile.far.hi, kv_first = next_key_tile(tile, 0, T::BC);
 
     load_query_tile(sm, a, q_row0, rows_q, tid); // Q_i, dO_i, lse_i, D_i: read once
     if (kv_first < kv_end)
@@ -575,12 +576,12 @@ __global__ void __launch_bounds__(T::NT, T::MINB) bwd_dq_kernel(BwdArgs a)
     zero(dq);
     for (int kv0 = kv_first, kv_next; kv0 < kv_end; kv0 = kv_next) {
         const int rows_kv = min(T::BC, a.Tk - kv0);
-        kv_next = next_key_tile(a.causal, q0, rows_q, kv0 + T::BC, T::BC);
+        kv_next = next_key_tile(tile, kv0 + T::BC, T::BC);
         cp_async_wait<0>();
         __syncthreads(); // K_j, V_j have landed
 
         float dp[T::STM][T::STN];
-        p_and_dp(sm, a, half, q0, rows_q, kv0, rows_kv, srg, scg, dp);
+        p_and_dp(sm, a, half, q0, rows_q, tile, kv0, rows_kv, srg, scg, dp);
         __syncthreads(); // P^T visible
         if (half == 1)
             ds_from_p<T, false, true>(sm, srg, scg, dp);
@@ -788,25 +789,25 @@ static __global__ void naive_softmax_kernel(float *S, float *lse, int R, int Tk,
 {
     __shared__ float scratch[32];
     const size_t row = blockIdx.x;
-    const int r = (int)(row % R);
+    const KeyRuns runs = row_runs(causal, (int)(row % R));
     const float sink = sinks ? sinks[row / causal.Tq % Hq] : -INFINITY;
     float *s = S + row * Tk;
     float mx = sink, sum = 0.0f;
     for (int j = threadIdx.x; j < Tk; j += blockDim.x)
-        if (key_visible(causal, r, j))
+        if (sees(runs, j))
             mx = fmaxf(mx, s[j]);
     mx = block_max(mx, scratch);
     const float ref = mx == -INFINITY ? 0.0f : mx; // no key and no sink: every term is 0
     for (int j = threadIdx.x; j < Tk; j += blockDim.x)
-        if (key_visible(causal, r, j))
+        if (sees(runs, j))
             sum += expf(s[j] - ref);
     sum = block_sum(sum, scratch) + expf(sink - ref); // the sink joins the denominator only
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
     for (int j = threadIdx.x; j < Tk; j += blockDim.x)
-        s[j] = key_visible(causal, r, j) ? expf(s[j] - ref) * inv : 0.0f;
+        s[j] = sees(runs, j) ? expf(s[j] - ref) * inv : 0.0f;
     if (threadIdx.x == 0) {
         lse[row] = sum > 0.0f ? ref + logf(sum) : -INFINITY;
-        hbm_dev_add(hbm, HBM_READ, 3ull * visible_count(causal, r) * sizeof(float)); // S, 3 passes
+        hbm_dev_add(hbm, HBM_READ, 3ull * visible_count(runs) * sizeof(float)); // S, 3 passes
         hbm_dev_add(hbm, HBM_WRITTEN, ((unsigned long long)Tk + 1) * sizeof(float)); // P, lse
     }
 }
@@ -849,12 +850,12 @@ static __global__ void naive_probs_kernel(float *S, const float *lse, int R, int
                                           unsigned long long *hbm)
 {
     const size_t row = blockIdx.x;
-    const int r = (int)(row % R);
+    const KeyRuns runs = row_runs(causal, (int)(row % R));
     const float l = lse[row];
     for (int j = threadIdx.x; j < Tk; j += blockDim.x)
-        S[row * Tk + j] = key_visible(causal, r, j) ? expf(S[row * Tk + j] - l) : 0.0f;
+        S[row * Tk + j] = sees(runs, j) ? expf(S[row * Tk + j] - l) : 0.0f;
     if (threadIdx.x == 0) {
-        hbm_dev_add(hbm, HBM_READ, (visible_count(causal, r) + 1ull) * sizeof(float)); // S, lse
+        hbm_dev_add(hbm, HBM_READ, (visible_count(runs) + 1ull) * sizeof(float)); // S, lse
         hbm_dev_add(hbm, HBM_WRITTEN, (unsigned long long)Tk * sizeof(float));      // P
     }
 }
