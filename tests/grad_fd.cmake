@@ -38,3 +38,18 @@ if(FLASHLAB_HAVE_CUDA)
                        stage08_gqa_gradfd_cuda_deterministic
                        PROPERTIES LABELS "stage08;gpu" SKIP_RETURN_CODE 77)
 endif()
+# Stage 10 (sliding window, sink tokens, learned sinks): every shape above with learned sinks (a
+# direction on them too, so dsinks meets the differences), and window / sink-token shapes with GQA
+# and Tq > Tk.
+add_test(NAME stage10_swa_sinks_gradfd_cpu COMMAND test_grad_fd 10 cpu)
+add_test(NAME stage10_swa_sinks_gradfd_cpu_naive COMMAND test_grad_fd 10 cpu naive)
+set_tests_properties(stage10_swa_sinks_gradfd_cpu stage10_swa_sinks_gradfd_cpu_naive
+                     PROPERTIES LABELS "stage10;cpu")
+if(FLASHLAB_HAVE_CUDA)
+  add_test(NAME stage10_swa_sinks_gradfd_cuda COMMAND test_grad_fd 10 cuda)
+  add_test(NAME stage10_swa_sinks_gradfd_cuda_naive COMMAND test_grad_fd 10 cuda naive)
+  add_test(NAME stage10_swa_sinks_gradfd_cuda_deterministic COMMAND test_grad_fd 10 cuda deterministic)
+  set_tests_properties(stage10_swa_sinks_gradfd_cuda stage10_swa_sinks_gradfd_cuda_naive
+                       stage10_swa_sinks_gradfd_cuda_deterministic
+                       PROPERTIES LABELS "stage10;gpu" SKIP_RETURN_CODE 77)
+endif()

@@ -49,6 +49,15 @@
  * (mask on when supported). Nothing else changes: κ_f is per query row (Tk keys), and κ_g already
  * counts the longest accumulation of dK and dV, over the group's R = group Tq rows.
  *
+ * Sliding window, sink tokens, learned sinks (stage 10): when the implementation supports
+ * FEAT_WINDOW / FEAT_SINK_TOKENS, shapes with a window (and sink tokens) run as well: window 1,
+ * a window with sink tokens, sink tokens >= T, GQA with Tq > Tk (rows that see no key: o = 0,
+ * lse = the sink logit). With FEAT_SINKS every shape carries learned sinks and the direction has a
+ * part on them, so dsinks is checked against the differences too. The mask is still fixed, so L
+ * stays smooth. κ_f stays an upper bound (fewer keys per row). κ_g takes the longest accumulation
+ * of dsinks too: dsinks[h] sums P_sink D over the B Tq rows of head h, so with sinks
+ * κ_g = sqrt(d + dv + max(R, B Tq) + Tk) (without sinks it is unchanged).
+ *
  * Usage: test_grad_fd STAGE cpu|cuda [VARIANT]   e.g. test_grad_fd 06 cpu naive
  * Exit: 0 all checks pass; 1 a check failed or the stage/variant does not exist; 2 bad usage;
  * 3 the implementation has no backward pass; 77 cuda without a CUDA device. */
@@ -104,6 +113,25 @@ static const GqaFdShape gqa_shapes[] = {
     {{{1, 6, 100, 60, 64, 64}, 0.0f}, 2},
 };
 enum { GQA_SHAPE_COUNT = sizeof gqa_shapes / sizeof gqa_shapes[0] };
+
+/* Run too by an implementation with a sliding window (FEAT_WINDOW), sink tokens when it has them
+ * (FEAT_SINK_TOKENS; 0 otherwise): window 1 (each row sees itself only, plus sinks); W = 8 with
+ * S = 3 and odd T, where whole K/V tiles fall out of the band; sink tokens >= T (S = 50 > 37,
+ * W = 4); MQA group 3 with Tq > Tk (W = 5, S = 2: 37 of 50 rows of each head see no key); group 2
+ * with Tq < Tk, B = 2, d != dv (W = 20, S = 4); group 3, Tq = 100 > Tk = 90, W = 10, S = 2 (packed
+ * tiles straddle heads); T = 150 with W = 16, S = 4 (the band walk skips tiles in both passes). */
+typedef struct {
+    GqaFdShape g;
+    int window, sink_tokens;
+} SwaFdShape;
+
+static const SwaFdShape swa_shapes[] = {
+    {{{{1, 2, 37, 37, 24, 24}, 0.0f}, 2}, 1, 0},   {{{{1, 2, 37, 37, 32, 32}, 0.0f}, 1}, 8, 3},
+    {{{{1, 1, 37, 37, 24, 24}, 0.0f}, 1}, 4, 50},  {{{{1, 3, 50, 13, 40, 24}, 0.0f}, 1}, 5, 2},
+    {{{{2, 6, 20, 45, 32, 16}, 0.0f}, 3}, 20, 4},  {{{{1, 3, 100, 90, 64, 64}, 0.0f}, 1}, 10, 2},
+    {{{{1, 1, 150, 150, 64, 64}, 0.0f}, 1}, 16, 4},
+};
+enum { SWA_SHAPE_COUNT = sizeof swa_shapes / sizeof swa_shapes[0] };
 
 static const double EPS = 1e-2;
 static const double U = 5.9604644775390625e-08; /* 2^-24, float32 unit roundoff */
@@ -228,7 +256,9 @@ static int check_direction(Fd *f, const Input *in, int count, const char *label,
     const AttnProblem *p = &f->x.p;
     const double e_round = roundoff_f(p, EPS);
     const double e_trunc = fabs(g_fd2 - g_fd) / 3.0;
-    const double R = (double)(p->Hq / p->Hkv) * p->Tq; /* rows summed into one dK/dV row */
+    double R = (double)(p->Hq / p->Hkv) * p->Tq; /* rows summed into one dK/dV row */
+    if (p->sinks && (double)p->B * p->Tq > R)     /* rows summed into one dsinks element */
+        R = (double)p->B * p->Tq;
     const double e_grad = 8.0 * U * sqrt((double)p->d + p->dv + R + p->Tk) * G;
     const double tol = e_round + 2.0 * e_trunc + e_grad;
     const double diff = fabs(g_fd - g_an);
@@ -245,10 +275,11 @@ done:
 
 /* The problem of one shape (hkv kv heads, 0: Hkv = H; causal: with the mask on): inputs, dO,
  * sinks when supported; then one backward run. */
-static int fd_setup(Fd *f, const FdShape *sh, int hkv, int causal, uint64_t seed)
+static int fd_setup(Fd *f, const FdShape *sh, int hkv, int causal, const TestSwa *swa,
+                    uint64_t seed)
 {
     const TestFeatures feat = {hkv, causal};
-    if (test_problem_make_with(&f->x, &sh->s, &feat, seed) != 0 ||
+    if (test_problem_make_swa(&f->x, &sh->s, &feat, swa, seed) != 0 ||
         test_problem_add_backward(&f->x, seed + 1) != 0) {
         fprintf(stderr, "out of memory\n");
         return -1;
@@ -282,7 +313,8 @@ static void fd_free(Fd *f)
 }
 
 /* Every input alone, then all together, on one shape; returns the number of failed checks. */
-static int check_shape(const StageImpl *impl, const FdShape *sh, int hkv, int causal, int index)
+static int check_shape(const StageImpl *impl, const FdShape *sh, int hkv, int causal,
+                       const TestSwa *swa, int index)
 {
     Fd f;
     memset(&f, 0, sizeof f);
@@ -290,10 +322,13 @@ static int check_shape(const StageImpl *impl, const FdShape *sh, int hkv, int ca
     f.opts.threads = 2;
     const uint64_t seed = 4242u + 97u * (uint64_t)index;
     const TestShape *s = &sh->s;
-    printf("B=%d H=%d Hkv=%d Tq=%d Tk=%d d=%d dv=%d scale=%g%s%s\n", s->B, s->H, hkv ? hkv : s->H,
+    printf("B=%d H=%d Hkv=%d Tq=%d Tk=%d d=%d dv=%d scale=%g%s%s", s->B, s->H, hkv ? hkv : s->H,
            s->Tq, s->Tk, s->d, s->dv, sh->scale > 0 ? sh->scale : 1.0 / sqrt((double)s->d),
            causal ? " causal" : "", impl->features & FEAT_SINKS ? " sinks" : "");
-    if (fd_setup(&f, sh, hkv, causal, seed) != 0) {
+    if (swa)
+        printf(" window %d sink_tokens %d", swa->window, swa->sink_tokens);
+    printf("\n");
+    if (fd_setup(&f, sh, hkv, causal, swa, seed) != 0) {
         fd_free(&f);
         return 1;
     }
@@ -338,22 +373,35 @@ int main(int argc, char **argv)
                 attn_feature_added_by(FEAT_BACKWARD));
         return 3;
     }
-    printf("stage %s (%s%s%s, %s): central differences, eps = %g%s%s\n", impl->stage, impl->name,
+    printf("stage %s (%s%s%s, %s): central differences, eps = %g%s%s%s\n", impl->stage, impl->name,
            variant[0] ? " " : "", variant, argv[2], EPS,
            impl->features & FEAT_CAUSAL ? ", causal mask on" : "",
-           impl->features & FEAT_GQA ? ", GQA shapes too" : "");
+           impl->features & FEAT_GQA ? ", GQA shapes too" : "",
+           impl->features & FEAT_WINDOW ? ", window/sink-token shapes too" : "");
     /* an implementation with the causal mask is checked with it on, on its own shapes too */
     const int causal = (impl->features & FEAT_CAUSAL) != 0;
     int failures = 0;
     for (int i = 0; i < SHAPE_COUNT; i++)
-        failures += check_shape(impl, &shapes[i], 0, causal, i);
+        failures += check_shape(impl, &shapes[i], 0, causal, NULL, i);
     for (int i = 0; causal && i < CAUSAL_SHAPE_COUNT; i++)
-        failures += check_shape(impl, &causal_shapes[i], 0, causal, SHAPE_COUNT + i);
+        failures += check_shape(impl, &causal_shapes[i], 0, causal, NULL, SHAPE_COUNT + i);
     /* an implementation with GQA is checked on grouped shapes too */
     const int gqa = (impl->features & FEAT_GQA) != 0;
     for (int i = 0; gqa && i < GQA_SHAPE_COUNT; i++)
-        failures += check_shape(impl, &gqa_shapes[i].sh, gqa_shapes[i].Hkv, causal,
+        failures += check_shape(impl, &gqa_shapes[i].sh, gqa_shapes[i].Hkv, causal, NULL,
                                 SHAPE_COUNT + CAUSAL_SHAPE_COUNT + i);
+    /* an implementation with a sliding window: window (and sink tokens) shapes, GQA ones when it
+     * has GQA */
+    const int window = (impl->features & FEAT_WINDOW) != 0;
+    const int sink_tokens = (impl->features & FEAT_SINK_TOKENS) != 0;
+    for (int i = 0; window && i < SWA_SHAPE_COUNT; i++) {
+        const SwaFdShape *w = &swa_shapes[i];
+        if (w->g.Hkv != w->g.sh.s.H && !gqa)
+            continue;
+        const TestSwa swa = {w->window, sink_tokens ? w->sink_tokens : 0, 0};
+        failures += check_shape(impl, &w->g.sh, w->g.Hkv, 1, &swa,
+                                SHAPE_COUNT + CAUSAL_SHAPE_COUNT + GQA_SHAPE_COUNT + i);
+    }
     printf("%d check(s) failed\n", failures);
     return failures ? 1 : 0;
 }

@@ -83,6 +83,12 @@ int test_problem_make(TestProblem *x, const TestShape *s, uint64_t seed)
 int test_problem_make_with(TestProblem *x, const TestShape *s, const TestFeatures *f,
                            uint64_t seed)
 {
+    return test_problem_make_swa(x, s, f, NULL, seed);
+}
+
+int test_problem_make_swa(TestProblem *x, const TestShape *s, const TestFeatures *f,
+                          const TestSwa *w, uint64_t seed)
+{
     memset(x, 0, sizeof *x);
     const int Hkv = f && f->Hkv > 0 ? f->Hkv : s->H;
     if (s->H % Hkv != 0)
@@ -97,9 +103,13 @@ int test_problem_make_with(TestProblem *x, const TestShape *s, const TestFeature
     x->lse = nan_floats(rows_q);
     if (!x->q || !x->k || !x->v || !x->o || !x->lse)
         return -1;
+    if (w && w->sinks && !(x->sinks = test_random_floats(&rng, (size_t)s->H)))
+        return -1;
     AttnProblem p = {.B = s->B, .Hq = s->H, .Hkv = Hkv, .Tq = s->Tq, .Tk = s->Tk, .d = s->d,
                      .dv = s->dv, .scale = (float)(1.0 / sqrt((double)s->d)),
-                     .causal = f ? f->causal != 0 : 0, .q = x->q, .k = x->k, .v = x->v};
+                     .causal = (f && f->causal) || (w && w->window > 0),
+                     .window = w ? w->window : 0, .sink_tokens = w ? w->sink_tokens : 0,
+                     .sinks = x->sinks, .q = x->q, .k = x->k, .v = x->v};
     x->p = p;
     return 0;
 }
@@ -108,6 +118,7 @@ void test_problem_free(TestProblem *x)
 {
     free(x->q), free(x->k), free(x->v), free(x->o), free(x->lse);
     free(x->dout), free(x->dq), free(x->dk), free(x->dv);
+    free(x->sinks), free(x->dsinks);
     memset(x, 0, sizeof *x);
 }
 
@@ -123,13 +134,15 @@ int test_problem_add_backward(TestProblem *x, uint64_t seed)
     x->dv = nan_floats(rows_k * p->dv);
     if (!x->dout || !x->dq || !x->dk || !x->dv)
         return -1;
+    if (x->sinks && !(x->dsinks = nan_floats((size_t)p->Hq)))
+        return -1;
     x->p.dout = x->dout;
     return 0;
 }
 
 AttnTensors test_problem_tensors(const TestProblem *x)
 {
-    AttnTensors t = {x->o, x->lse, x->dq, x->dk, x->dv, NULL};
+    AttnTensors t = {x->o, x->lse, x->dq, x->dk, x->dv, x->dq ? x->dsinks : NULL};
     return t;
 }
 
@@ -137,10 +150,26 @@ AttnTensors test_problem_tensors(const TestProblem *x)
 
 int test_keys_seen(const AttnProblem *p, int i)
 {
-    if (!p->causal)
+    if (!p->causal && p->window <= 0)
         return p->Tk;
     const long n = (long)i + p->Tk - p->Tq + 1; /* keys j <= i + Tk - Tq */
     return n <= 0 ? 0 : n >= p->Tk ? p->Tk : (int)n;
+}
+
+int test_key_visible(const AttnProblem *p, int i, int j)
+{
+    if (j < 0 || j >= test_keys_seen(p, i))
+        return 0; /* past the row's position (or past Tk) */
+    const long pos = (long)i + p->Tk - p->Tq;
+    return p->window <= 0 || j > pos - p->window || j < p->sink_tokens;
+}
+
+int test_keys_visible_count(const AttnProblem *p, int i)
+{
+    int n = 0;
+    for (int j = 0; j < p->Tk; j++)
+        n += test_key_visible(p, i, j);
+    return n;
 }
 
 size_t test_kv_head(const AttnProblem *p, size_t b, size_t h)
@@ -148,11 +177,10 @@ size_t test_kv_head(const AttnProblem *p, size_t b, size_t h)
     return b * (size_t)p->Hkv + h / (size_t)(p->Hq / p->Hkv);
 }
 
-/* What the reference computes: no window, sink tokens or sinks; Hq a multiple of Hkv. */
+/* What the reference computes: Hq a multiple of Hkv, window and sink tokens not negative. */
 static int ref_supported(const AttnProblem *p)
 {
-    return p->Hkv > 0 && p->Hq % p->Hkv == 0 && p->window == 0 && p->sink_tokens == 0 &&
-           p->sinks == NULL;
+    return p->Hkv > 0 && p->Hq % p->Hkv == 0 && p->window >= 0 && p->sink_tokens >= 0;
 }
 
 /* The slices of query head bh = b Hq + h and of the kv head it reads. */
@@ -173,28 +201,53 @@ static RefHead ref_head(const AttnProblem *p, size_t bh)
     return x;
 }
 
-/* One query row that sees the keys [0, n): s = q_i K^T * scale (n), lse = m + log(l),
- * o_i = softmax(s) V (dv). n = 0 (a row that sees no key): o_i = 0, lse = -inf. */
-static void reference_row(const AttnProblem *p, const float *qi, const float *k, const float *v,
-                          int n, double *s, double *o, double *lse)
+/* The learned sink logit of query head bh % Hq, or -inf without sinks. */
+static double ref_sink(const AttnProblem *p, size_t bh)
 {
-    double m = -INFINITY, l = 0.0;
-    for (int j = 0; j < n; j++) {
+    return p->sinks ? (double)p->sinks[bh % (size_t)p->Hq] : -INFINITY;
+}
+
+/* Query row i of a head: s = q_i K^T * scale over the keys it sees (test_key_visible; -inf for
+ * the others), the sink logit `sink` (-inf: none) as one more score with a zero value,
+ * lse = m + log(l) over the seen scores and the sink, o_i = sum_j exp(s_j - lse) v_j (dv). A row
+ * that sees no key: o_i = 0, lse = sink (-inf without sinks). Returns the number of keys seen. */
+static int reference_row(const AttnProblem *p, int i, const float *qi, const float *k,
+                         const float *v, double sink, double *s, double *o, double *lse)
+{
+    double m = sink, l = 0.0;
+    int n = 0;
+    for (int j = 0; j < p->Tk; j++) {
+        if (!test_key_visible(p, i, j)) {
+            s[j] = -INFINITY;
+            continue;
+        }
         double dot = 0.0;
         for (int c = 0; c < p->d; c++)
             dot += (double)qi[c] * k[(size_t)j * p->d + c];
         s[j] = dot * p->scale;
         m = s[j] > m ? s[j] : m;
+        n++;
     }
-    for (int j = 0; j < n; j++)
-        l += exp(s[j] - m);
-    *lse = n > 0 ? m + log(l) : -INFINITY;
+    if (m == -INFINITY) { /* no key and no sink */
+        *lse = -INFINITY;
+        for (int c = 0; c < p->dv; c++)
+            o[c] = 0.0;
+        return 0;
+    }
+    for (int j = 0; j < p->Tk; j++)
+        if (s[j] != -INFINITY)
+            l += exp(s[j] - m);
+    if (sink != -INFINITY)
+        l += exp(sink - m);
+    *lse = m + log(l);
     for (int c = 0; c < p->dv; c++) {
         double acc = 0.0;
-        for (int j = 0; j < n; j++)
-            acc += exp(s[j] - m) / l * v[(size_t)j * p->dv + c];
+        for (int j = 0; j < p->Tk; j++)
+            if (s[j] != -INFINITY)
+                acc += exp(s[j] - *lse) * v[(size_t)j * p->dv + c];
         o[c] = acc;
     }
+    return n;
 }
 
 int ref_attention(const AttnProblem *p, RefAttention *ref)
@@ -217,7 +270,7 @@ int ref_attention(const AttnProblem *p, RefAttention *ref)
         const RefHead x = ref_head(p, bh);
         for (size_t i = 0; i < Tq; i++) {
             const size_t r = bh * Tq + i;
-            reference_row(p, x.q + i * d, x.k, x.v, test_keys_seen(p, (int)i), s, ref->o + r * dv,
+            reference_row(p, (int)i, x.q + i * d, x.k, x.v, ref_sink(p, bh), s, ref->o + r * dv,
                           ref->lse + r);
         }
     }
@@ -233,28 +286,31 @@ void ref_attention_free(RefAttention *ref)
 
 /* The gradients of one query head in double (P from its scores and lse, then the textbook
  * formulas), over the keys each row sees (P = 0 for the others):
- * dV = P^T dO, dP = dO V^T, dS = P ∘ (dP - rowsum(P ∘ dP)), dQ = scale dS K, dK = scale dS^T Q.
- * dQ of the head is written; dK, dV are added into its kv head's (zeroed by the caller), so a
- * group's query heads sum. Scratch: s of Tk doubles, o of dv, P of Tq Tk. */
+ * dV = P^T dO, dP = dO V^T, D = rowsum(P ∘ dP) = rowsum(dO ∘ O), dS = P ∘ (dP - D),
+ * dQ = scale dS K, dK = scale dS^T Q, and with sinks dsinks[h] -= exp(s_h - lse) D per row.
+ * dQ of the head is written; dK, dV (and dsinks) are added into its kv head's (zeroed by the
+ * caller), so a group's query heads sum. Scratch: s of Tk doubles, o of dv, P of Tq Tk, lse of
+ * Tq. */
 static void reference_head_backward(const AttnProblem *p, size_t bh, double *s, double *o,
-                                    double *P, RefGradients *g)
+                                    double *P, double *lse, RefGradients *g)
 {
     const size_t Tq = p->Tq, Tk = p->Tk, d = p->d, dv = p->dv;
     const RefHead x = ref_head(p, bh);
     double *dq = g->dq + bh * Tq * d, *dk = g->dk + x.kvh * Tk * d, *dvh = g->dv + x.kvh * Tk * dv;
-    double lse;
+    const double sink = ref_sink(p, bh);
     memset(dq, 0, sizeof(double) * Tq * d);
     for (size_t i = 0; i < Tq; i++) {
-        const int n = test_keys_seen(p, (int)i);
-        reference_row(p, x.q + i * d, x.k, x.v, n, s, o, &lse);
+        reference_row(p, (int)i, x.q + i * d, x.k, x.v, sink, s, o, &lse[i]);
         for (size_t j = 0; j < Tk; j++)
-            P[i * Tk + j] = (int)j < n ? exp(s[j] - lse) : 0.0;
+            P[i * Tk + j] = s[j] != -INFINITY ? exp(s[j] - lse[i]) : 0.0;
     }
     for (size_t i = 0; i < Tq; i++) {
         const float *doi = x.dout + i * dv;
-        const size_t n = (size_t)test_keys_seen(p, (int)i);
+        const size_t n = Tk; /* P = 0 for the keys the row does not see */
         double D = 0.0;
         for (size_t j = 0; j < n; j++) {
+            if (!test_key_visible(p, (int)i, (int)j))
+                continue;
             double dp = 0.0; /* dP_ij = dO_i . v_j */
             for (size_t c = 0; c < dv; c++) {
                 dp += (double)doi[c] * x.v[j * dv + c];
@@ -263,7 +319,11 @@ static void reference_head_backward(const AttnProblem *p, size_t bh, double *s, 
             s[j] = dp;
             D += P[i * Tk + j] * dp;
         }
+        if (p->sinks && lse[i] != -INFINITY)
+            g->dsinks[bh % (size_t)p->Hq] -= exp(sink - lse[i]) * D;
         for (size_t j = 0; j < n; j++) {
+            if (!test_key_visible(p, (int)i, (int)j))
+                continue;
             const double ds = P[i * Tk + j] * (s[j] - D) * p->scale;
             for (size_t c = 0; c < d; c++) {
                 dq[i * d + c] += ds * x.k[j * d + c];
@@ -289,10 +349,13 @@ int ref_attention_backward(const AttnProblem *p, RefGradients *g)
     double *s = malloc(sizeof(double) * (Tk + 1));
     double *o = malloc(sizeof(double) * ((size_t)p->dv + 1));
     double *P = malloc(sizeof(double) * (Tq * Tk + 1));
-    const int ok = g->dq && g->dk && g->dv && s && o && P;
+    double *lse = malloc(sizeof(double) * (Tq + 1));
+    g->nsinks = p->sinks ? (size_t)p->Hq : 0;
+    g->dsinks = p->sinks ? calloc(g->nsinks, sizeof(double)) : NULL; /* summed over (b, i) */
+    const int ok = g->dq && g->dk && g->dv && s && o && P && lse && (!p->sinks || g->dsinks);
     for (size_t bh = 0; ok && bh < heads; bh++)
-        reference_head_backward(p, bh, s, o, P, g);
-    free(s), free(o), free(P);
+        reference_head_backward(p, bh, s, o, P, lse, g);
+    free(s), free(o), free(P), free(lse);
     if (!ok)
         ref_gradients_free(g);
     return ok ? 0 : -1;
@@ -300,7 +363,7 @@ int ref_attention_backward(const AttnProblem *p, RefGradients *g)
 
 void ref_gradients_free(RefGradients *g)
 {
-    free(g->dq), free(g->dk), free(g->dv);
+    free(g->dq), free(g->dk), free(g->dv), free(g->dsinks);
     memset(g, 0, sizeof *g);
 }
 
@@ -338,6 +401,12 @@ double ref_attention_max_error(const AttnProblem *p, const float *o, const float
 double ref_gradients_max_error(const AttnProblem *p, const float *dq, const float *dk,
                                const float *dv, ErrorMeasure m)
 {
+    return ref_gradients_max_error_sinks(p, dq, dk, dv, NULL, m);
+}
+
+double ref_gradients_max_error_sinks(const AttnProblem *p, const float *dq, const float *dk,
+                                     const float *dv, const float *dsinks, ErrorMeasure m)
+{
     RefGradients g;
     if (ref_attention_backward(p, &g) != 0)
         return INFINITY;
@@ -348,6 +417,8 @@ double ref_gradients_max_error(const AttnProblem *p, const float *dq, const floa
         worst = worse(worst, element_error(dk[i], g.dk[i], m));
     for (size_t i = 0; i < g.nv; i++)
         worst = worse(worst, element_error(dv[i], g.dv[i], m));
+    for (size_t i = 0; dsinks && i < g.nsinks; i++)
+        worst = worse(worst, element_error(dsinks[i], g.dsinks[i], m));
     ref_gradients_free(&g);
     return worst;
 }

@@ -55,6 +55,14 @@ typedef struct {
     int causal; /* 1: the causal mask, bottom-right aligned (DESIGN §3) */
 } TestFeatures;
 
+/* Stage 10's mask and sinks (kept apart so the TestFeatures initialisers of the older tests stay
+ * two numbers). All zero (or a NULL pointer): none. */
+typedef struct {
+    int window;      /* W > 0: sliding window of W keys (implies causal); 0 = off */
+    int sink_tokens; /* S > 0: keys j < S stay visible (still j <= position) */
+    int sinks;       /* 1: learned sink logits (H) ~ N(0, 1), drawn after q, k, v */
+} TestSwa;
+
 /* A forward problem (scale 1/sqrt(d)) and its buffers:
  * q (B, H, Tq, d), k (B, Hkv, Tk, d), v (B, Hkv, Tk, dv) ~ N(0, 1), filled in that order from one
  * generator seeded with seed; o (B, H, Tq, dv) and lse (B, H, Tq) poisoned with NaN, so an element
@@ -63,6 +71,8 @@ typedef struct {
     AttnProblem p;
     float *q, *k, *v, *o, *lse;
     float *dout, *dq, *dk, *dv; /* NULL until test_problem_add_backward */
+    float *sinks;  /* (H) learned sink logits when TestFeatures asked for them, else NULL */
+    float *dsinks; /* (H), NaN-poisoned by test_problem_add_backward when sinks is set */
 } TestProblem;
 
 /* The plain problem of shape s (Hkv = H, no mask). 0, or -1 when out of memory (call
@@ -72,6 +82,10 @@ int test_problem_make(TestProblem *x, const TestShape *s, uint64_t seed);
  * plain problem draws the same numbers as test_problem_make. */
 int test_problem_make_with(TestProblem *x, const TestShape *s, const TestFeatures *f,
                            uint64_t seed);
+/* The same with a window, sink tokens and/or learned sinks from w (NULL: none); q, k, v are the
+ * numbers test_problem_make_with draws. */
+int test_problem_make_swa(TestProblem *x, const TestShape *s, const TestFeatures *f,
+                          const TestSwa *w, uint64_t seed);
 void test_problem_free(TestProblem *x);
 
 /* Asks x for the backward pass: dO (B, H, Tq, dv) ~ N(0, 1) from a generator seeded with seed,
@@ -79,15 +93,24 @@ void test_problem_free(TestProblem *x);
  * memory. */
 int test_problem_add_backward(TestProblem *x, uint64_t seed);
 
-/* The AttnTensors of x's outputs (o, lse, and the gradients once added; dsinks NULL). */
+/* The AttnTensors of x's outputs (o, lse, and the gradients once added; dsinks when x has
+ * sinks and a backward, else NULL). */
 AttnTensors test_problem_tensors(const TestProblem *x);
 
 /* ---- float64 reference ----------------------------------------------------------------------- */
 
-/* How many keys (from key 0) query row i of p sees: all Tk without the causal mask; with it the
- * keys j <= i + Tk - Tq (bottom-right aligned, DESIGN §3), so 0 for the first Tq - Tk rows when
- * Tq > Tk. */
+/* The end of the keys query row i of p may see: all Tk without the causal mask; with it (or a
+ * window, which implies it) the keys j <= i + Tk - Tq (bottom-right aligned, DESIGN §3), so 0 for
+ * the first Tq - Tk rows when Tq > Tk. Without window and sink tokens it is the number of keys the
+ * row sees (a prefix); with them the row sees a subset of [0, test_keys_seen): test_key_visible. */
 int test_keys_seen(const AttnProblem *p, int i);
+
+/* Does query row i of p see key j? DESIGN §3, written out: j < test_keys_seen(p, i) and, with a
+ * window W > 0, j > i + Tk - Tq - W or j < sink_tokens. */
+int test_key_visible(const AttnProblem *p, int i, int j);
+
+/* How many keys query row i of p sees (the count of test_key_visible over j). */
+int test_keys_visible_count(const AttnProblem *p, int i);
 
 /* The kv head that query head h of batch b reads: b Hkv + h / (Hq / Hkv). */
 size_t test_kv_head(const AttnProblem *p, size_t b, size_t h);
@@ -99,18 +122,21 @@ typedef struct {
 } RefAttention;
 
 /* Computes the reference of p with p->scale: with or without the causal mask, Hq == Hkv or GQA
- * (Hq % Hkv == 0). A row that sees no key gets o = 0, lse = -inf. Window, sink tokens and sinks
- * are not supported. 0, or -1 for another problem or when out of memory (ref is then empty). */
+ * (Hq % Hkv == 0), a sliding window, sink tokens and learned sinks (DESIGN §3: the sink logit s_h
+ * joins the softmax denominator with a zero value, lse = log(exp(s_h) + sum_j exp(s_ij))). A row
+ * that sees no key gets o = 0, lse = -inf, or lse = s_h with sinks. 0, or -1 for another problem
+ * or when out of memory (ref is then empty). */
 int ref_attention(const AttnProblem *p, RefAttention *ref);
 void ref_attention_free(RefAttention *ref);
 
 /* Gradients of sum(O ∘ dO) in double for the same problems, p->dout required:
  * dq (B, Hq, Tq, d), dk (B, Hkv, Tk, d), dv (B, Hkv, Tk, dv); n* are the element counts. dK and dV
  * of a kv head sum over the query heads of its group; a row that sees no key contributes nothing
- * and gets dq = 0. */
+ * and gets dq = 0. With sinks: dsinks (Hq), dsinks[h] = -sum over (b, i) of exp(s_h - lse) D,
+ * D = rowsum(dO ∘ O) (nsinks = Hq; dsinks NULL and nsinks 0 without sinks). */
 typedef struct {
-    double *dq, *dk, *dv;
-    size_t nq, nk, nv;
+    double *dq, *dk, *dv, *dsinks;
+    size_t nq, nk, nv, nsinks;
 } RefGradients;
 
 /* 0, or -1 for a problem ref_attention refuses, without dout, or when out of memory. */
@@ -136,5 +162,9 @@ double ref_attention_max_error(const AttnProblem *p, const float *o, const float
  * INFINITY when the reference cannot be computed. */
 double ref_gradients_max_error(const AttnProblem *p, const float *dq, const float *dk,
                                const float *dv, ErrorMeasure m);
+
+/* The same, and dsinks (Hq) too when p has sinks and dsinks is not NULL. */
+double ref_gradients_max_error_sinks(const AttnProblem *p, const float *dq, const float *dk,
+                                     const float *dv, const float *dsinks, ErrorMeasure m);
 
 #endif
