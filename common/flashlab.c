@@ -987,7 +987,7 @@ static void bench_print_row(const Options *o, const BenchRow *row, int first)
                first ? "" : ",", row->impl->stage, row->impl->name, row->impl->variant,
                device_name(row->impl->device), row->dir == DIR_BWD ? "bwd" : "fwd", p->B, p->Hq, p->Hkv, p->Tq,
                p->Tk, p->d, p->dv, p->causal ? "true" : "false", p->window, p->sink_tokens,
-               p->sinks ? "true" : "false", row->flops);
+               o->sinks ? "true" : "false", row->flops);
         if (row->error) {
             printf("\"error\": ");
             json_string(row->error);
