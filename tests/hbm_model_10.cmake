@@ -4,10 +4,4 @@
 # visits, derived key by key from DESIGN §3), outputs and gradients (dsinks too) checked against
 # the float64 reference; the O(T (W + S)) law of the flash rows (linear in T at W = 64, ~4x for the
 # causal run without a window); and W >= T equals stage 08's causal counters.
-add_unit_test(test_hbm_model_10)
-add_test(NAME stage10_swa_sinks_hbm_cpu COMMAND test_hbm_model_10 cpu)
-set_tests_properties(stage10_swa_sinks_hbm_cpu PROPERTIES LABELS "stage10;cpu")
-if(FLASHLAB_HAVE_CUDA)
-  add_test(NAME stage10_swa_sinks_hbm_cuda COMMAND test_hbm_model_10 cuda)
-  set_tests_properties(stage10_swa_sinks_hbm_cuda PROPERTIES LABELS "stage10;gpu" SKIP_RETURN_CODE 77)
-endif()
+add_hbm_model_test(10 swa_sinks)

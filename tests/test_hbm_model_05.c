@@ -11,6 +11,7 @@
 
 #include "attn.h"
 #include "hbm.h"
+#include "hbm_model_driver.h"
 #include "runner.h"
 #include "test_support.h"
 
@@ -102,15 +103,11 @@ done:
 
 int main(int argc, char **argv)
 {
-    const int cuda = argc == 2 && !strcmp(argv[1], "cuda");
-    if (argc != 2 || (!cuda && strcmp(argv[1], "cpu"))) {
-        fprintf(stderr, "usage: test_hbm_model_05 cpu|cuda\n");
-        return 2;
-    }
-    if (cuda && !cuda_device_available()) {
-        printf("no CUDA device: skipped (cuda: %s)\n", cuda_device_description());
-        return 77;
-    }
+    Device device;
+    const int status = hbm_driver_args(argc, argv, "05", &device);
+    if (status >= 0)
+        return status;
+    const int cuda = device == DEVICE_CUDA;
     const StageImpl *impl = stage_find("05", cuda ? DEVICE_CUDA : DEVICE_CPU, "");
     if (!impl) {
         fprintf(stderr, "stage 05 has no %s implementation in this build\n", argv[1]);

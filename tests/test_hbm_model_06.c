@@ -12,6 +12,7 @@
 
 #include "attn.h"
 #include "hbm.h"
+#include "hbm_model_driver.h"
 #include "runner.h"
 #include "test_support.h"
 
@@ -27,9 +28,7 @@ enum { SHAPE_COUNT = sizeof shapes / sizeof shapes[0] };
 static const size_t sram_sizes[] = {FLASHLAB_DEFAULT_SRAM_BYTES, 16u * 1024u};
 enum { SRAM_COUNT = sizeof sram_sizes / sizeof sram_sizes[0] };
 
-typedef struct {
-    uint64_t read, written, workspace; /* bytes of the backward pass */
-} Counts;
+typedef HbmCounts Counts; /* bytes of the backward pass */
 
 static uint64_t div_up(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
@@ -154,21 +153,11 @@ static int check_shape(const StageImpl *impl, const ModelRow *row, const TestSha
         fprintf(stderr, "out of memory\n");
         goto done;
     }
-    AttnTensors t = test_problem_tensors(&x);
-    RunCtx opts;
-    memset(&opts, 0, sizeof opts);
-    opts.sram_bytes = M;
-    opts.threads = 2;
-    RunStats stats;
-    FlError err = {{0}};
-    const int rc = runner_run(impl, DIR_BWD, &x.p, &t, &opts, &stats, &err);
-    if (rc != 0) {
-        fprintf(stderr, "stage 06 %s %s: runner_run failed (%d): %s\n", device_name(row->device),
-                row->variant, rc, err.msg);
+    HbmPassCounts counted;
+    if (hbm_run_counted(impl, &x, M, &counted) != 0)
         goto done;
-    }
     const Counts want = row->model(s, M);
-    const Counts got = {stats.bwd.bytes_read, stats.bwd.bytes_written, stats.extra_bytes_bwd};
+    const Counts got = counted.bwd;
     const double err_fwd = ref_attention_max_error(&x.p, x.o, x.lse, ERR_ABS_REL);
     const double err_bwd = ref_gradients_max_error(&x.p, x.dq, x.dk, x.dv, ERR_ABS_REL);
     /* DESIGN §7: atol = rtol = 1e-4 for o and lse, 5e-4 for the gradients */
@@ -234,16 +223,10 @@ static int check_row(const ModelRow *row, int *runs)
 
 int main(int argc, char **argv)
 {
-    const int cuda = argc == 2 && !strcmp(argv[1], "cuda");
-    if (argc != 2 || (!cuda && strcmp(argv[1], "cpu"))) {
-        fprintf(stderr, "usage: test_hbm_model_06 cpu|cuda\n");
-        return 2;
-    }
-    if (cuda && !cuda_device_available()) {
-        printf("no CUDA device: skipped (cuda: %s)\n", cuda_device_description());
-        return 77;
-    }
-    const Device device = cuda ? DEVICE_CUDA : DEVICE_CPU;
+    Device device;
+    const int status = hbm_driver_args(argc, argv, "06", &device);
+    if (status >= 0)
+        return status;
     int failures = 0, runs = 0;
     for (int r = 0; r < MODEL_COUNT; r++)
         if (models[r].device == device)

@@ -14,6 +14,7 @@
 
 #include "attn.h"
 #include "hbm.h"
+#include "hbm_model_driver.h"
 #include "runner.h"
 #include "test_support.h"
 
@@ -30,17 +31,10 @@ static const TestShape shapes[] = {
 };
 enum { SHAPE_COUNT = sizeof shapes / sizeof shapes[0] };
 
-/* SRAM sizes M for the CPU flash row: the default and a small one that forces many small blocks. */
-static const size_t sram_sizes[] = {FLASHLAB_DEFAULT_SRAM_BYTES, 16u * 1024u};
-enum { SRAM_COUNT = sizeof sram_sizes / sizeof sram_sizes[0] };
-
-typedef struct {
-    uint64_t read, written, workspace; /* bytes of one pass */
-} Counts;
-
-typedef struct {
-    Counts fwd, bwd;
-} PassCounts;
+/* The CPU flash row runs at both of hbm_sram_sizes (the default M and a small one). */
+typedef HbmCounts Counts;
+typedef HbmPassCounts PassCounts;
+typedef HbmModelRow ModelRow;
 
 static uint64_t div_up(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
@@ -246,70 +240,19 @@ static PassCounts model_naive_cuda(const AttnProblem *p, size_t M)
 
 /* One implementation and its closed form (M is 0 for rows with uses_sram = 0). flash: the row
  * skips the tiles above the diagonal, so the scaling law applies to it. */
-typedef struct {
-    Device device;
-    const char *variant;
-    PassCounts (*model)(const AttnProblem *p, size_t M);
-    int uses_sram;
-    int flash;
-} ModelRow;
-
 static const ModelRow models[] = {
-    {DEVICE_CPU, "", model_flash_cpu, 1, 1},
-    {DEVICE_CPU, "naive", model_naive_cpu, 0, 0},
-    {DEVICE_CUDA, "", model_flash_cuda, 0, 1},
-    {DEVICE_CUDA, "deterministic", model_deterministic_cuda, 0, 1},
-    {DEVICE_CUDA, "naive", model_naive_cuda, 0, 0},
+    {DEVICE_CPU, "", model_flash_cpu, 1, .flash = 1},
+    {DEVICE_CPU, "naive", model_naive_cpu, 0, .flash = 0},
+    {DEVICE_CUDA, "", model_flash_cuda, 0, .flash = 1},
+    {DEVICE_CUDA, "deterministic", model_deterministic_cuda, 0, .flash = 1},
+    {DEVICE_CUDA, "naive", model_naive_cuda, 0, .flash = 0},
 };
 enum { MODEL_COUNT = sizeof models / sizeof models[0] };
 
-static const char *row_name(const ModelRow *row)
-{
-    return row->variant[0] ? row->variant : "flash";
-}
-
-static int counts_equal(const Counts *a, const Counts *b)
-{
-    return a->read == b->read && a->written == b->written && a->workspace == b->workspace;
-}
-
-/* Runs forward + backward of one row on one problem with counting on; fills got (and want from
- * the row's model). 0 when the run succeeded. */
-static int run_counted(const StageImpl *impl, const ModelRow *row, TestProblem *x, size_t M,
-                       PassCounts *got, PassCounts *want)
-{
-    AttnTensors t = test_problem_tensors(x);
-    RunCtx opts;
-    memset(&opts, 0, sizeof opts);
-    opts.sram_bytes = M;
-    opts.threads = 2;
-    RunStats stats;
-    FlError err = {{0}};
-    const int rc = runner_run(impl, DIR_BWD, &x->p, &t, &opts, &stats, &err);
-    if (rc != 0) {
-        fprintf(stderr, "stage 07 %s %s: runner_run failed (%d): %s\n", device_name(row->device),
-                row_name(row), rc, err.msg);
-        return -1;
-    }
-    got->fwd = (Counts){stats.fwd.bytes_read, stats.fwd.bytes_written, stats.extra_bytes_fwd};
-    got->bwd = (Counts){stats.bwd.bytes_read, stats.bwd.bytes_written, stats.extra_bytes_bwd};
-    *want = row->model(&x->p, M);
-    return 0;
-}
-
-static void print_counts(const char *pass, const Counts *got, const Counts *want)
-{
-    printf("    %s read %llu (model %llu)  written %llu (model %llu)  workspace %llu (model %llu)"
-           "%s\n",
-           pass, (unsigned long long)got->read, (unsigned long long)want->read,
-           (unsigned long long)got->written, (unsigned long long)want->written,
-           (unsigned long long)got->workspace, (unsigned long long)want->workspace,
-           counts_equal(got, want) ? "" : "  <- differs");
-}
-
 /* One row on one shape, causal on; 0 when both passes' counts and the outputs are right. */
-static int check_shape(const StageImpl *impl, const ModelRow *row, const TestShape *s, size_t M)
+static int check_shape(const StageImpl *impl, const ModelRow *row, int shape, size_t M)
 {
+    const TestShape *s = &shapes[shape];
     TestProblem x;
     const TestFeatures feat = {0, 1};
     int failed = 1;
@@ -320,22 +263,21 @@ static int check_shape(const StageImpl *impl, const ModelRow *row, const TestSha
         goto done;
     }
     PassCounts got, want;
-    if (run_counted(impl, row, &x, M, &got, &want) != 0)
+    if (hbm_run_model(impl, row, &x, M, &got, &want) != 0)
         goto done;
     const double err_fwd = ref_attention_max_error(&x.p, x.o, x.lse, ERR_ABS_REL);
     const double err_bwd = ref_gradients_max_error(&x.p, x.dq, x.dk, x.dv, ERR_ABS_REL);
     /* DESIGN §7: atol = rtol = 1e-4 for o and lse, 5e-4 for the gradients */
-    const int counts_ok = counts_equal(&got.fwd, &want.fwd) && counts_equal(&got.bwd, &want.bwd);
+    const int counts_ok = hbm_counts_equal(&got.fwd, &want.fwd) && hbm_counts_equal(&got.bwd, &want.bwd);
     failed = !counts_ok || !(err_fwd <= 1e-4) || !(err_bwd <= 5e-4);
-    char sram[24] = "-"; /* M, for the rows that use it */
-    if (row->uses_sram)
-        snprintf(sram, sizeof sram, "%zu", M);
+    char sram[24]; /* M, for the rows that use it */
+    hbm_sram_label(row, M, sram);
     printf("stage 07 %-4s %-13s causal M=%-7s B=%d H=%d Tq=%d Tk=%d d=%d dv=%d  err o/lse %.1e"
            "  grads %.1e  %s\n",
-           device_name(row->device), row_name(row), sram, s->B, s->H, s->Tq, s->Tk, s->d, s->dv,
+           device_name(row->device), hbm_row_name(row), sram, s->B, s->H, s->Tq, s->Tk, s->d, s->dv,
            err_fwd, err_bwd, failed ? "FAIL" : "ok");
-    print_counts("fwd", &got.fwd, &want.fwd);
-    print_counts("bwd", &got.bwd, &want.bwd);
+    hbm_print_counts("fwd", &got.fwd, &want.fwd);
+    hbm_print_counts("bwd", &got.bwd, &want.bwd);
 done:
     test_problem_free(&x);
     return failed;
@@ -370,14 +312,14 @@ static int law_run(const StageImpl *impl, const ModelRow *row, int T, int causal
         goto done;
     }
     PassCounts got, want;
-    if (run_counted(impl, row, &x, M, &got, &want) != 0)
+    if (hbm_run_model(impl, row, &x, M, &got, &want) != 0)
         goto done;
-    failed = !counts_equal(&got.fwd, &want.fwd) || !counts_equal(&got.bwd, &want.bwd);
+    failed = !hbm_counts_equal(&got.fwd, &want.fwd) || !hbm_counts_equal(&got.bwd, &want.bwd);
     if (failed) {
         printf("stage 07 %-4s %-13s T=%d causal=%d: counts differ from the model\n",
-               device_name(row->device), row_name(row), T, causal);
-        print_counts("fwd", &got.fwd, &want.fwd);
-        print_counts("bwd", &got.bwd, &want.bwd);
+               device_name(row->device), hbm_row_name(row), T, causal);
+        hbm_print_counts("fwd", &got.fwd, &want.fwd);
+        hbm_print_counts("bwd", &got.bwd, &want.bwd);
     }
     const uint64_t q_bytes = 4ull * s.B * s.H * s.Tq * s.d;
     out->kv_fwd = (double)(got.fwd.read - q_bytes);
@@ -398,9 +340,8 @@ static int check_scaling(const StageImpl *impl, const ModelRow *row, size_t M, i
     Traffic on[LAW_SIZES], off[LAW_SIZES];
     double kv[LAW_SIZES], bwd[LAW_SIZES];
     int failures = 0;
-    char sram[24] = "-";
-    if (row->uses_sram)
-        snprintf(sram, sizeof sram, "%zu", M);
+    char sram[24];
+    hbm_sram_label(row, M, sram);
     for (int k = 0; k < LAW_SIZES; k++) {
         failures += law_run(impl, row, law_sizes[k], 1, M, &on[k]);
         failures += law_run(impl, row, law_sizes[k], 0, M, &off[k]);
@@ -417,7 +358,7 @@ static int check_scaling(const StageImpl *impl, const ModelRow *row, size_t M, i
         ++*runs;
         printf("stage 07 %-4s %-13s M=%-7s T=%-5d causal / no mask: fwd K/V bytes %.0f / %.0f = "
                "%.4f%s  bwd bytes %.0f / %.0f = %.4f%s  %s\n",
-               device_name(row->device), row_name(row), sram, law_sizes[k], on[k].kv_fwd,
+               device_name(row->device), hbm_row_name(row), sram, law_sizes[k], on[k].kv_fwd,
                off[k].kv_fwd, kv[k], in_kv ? " (in [0.45, 0.55])" : " (outside [0.45, 0.55])",
                on[k].bwd_total, off[k].bwd_total, bwd[k],
                in_bwd ? " (in [0.45, 0.55])" : " (outside [0.45, 0.55])",
@@ -426,42 +367,17 @@ static int check_scaling(const StageImpl *impl, const ModelRow *row, size_t M, i
     return failures;
 }
 
-/* Every shape (and, for SRAM-based rows, every M) of one row, then its scaling law; returns the
- * number of failed runs. */
-static int check_row(const ModelRow *row, int *runs)
+/* After a flash row's shapes: its scaling law at every M it runs at. */
+static int check_scaling_law(const StageImpl *impl, const ModelRow *row, int *runs)
 {
-    const StageImpl *impl = stage_find("07", row->device, row->variant);
-    if (!impl) {
-        fprintf(stderr, "stage 07 has no %s implementation '%s' in this build\n",
-                device_name(row->device), row->variant);
-        ++*runs;
-        return 1;
-    }
     int failures = 0;
-    for (int m = 0; m < (row->uses_sram ? SRAM_COUNT : 1); m++)
-        for (int i = 0; i < SHAPE_COUNT; i++, ++*runs)
-            failures += check_shape(impl, row, &shapes[i], row->uses_sram ? sram_sizes[m] : 0);
-    for (int m = 0; row->flash && m < (row->uses_sram ? SRAM_COUNT : 1); m++)
-        failures += check_scaling(impl, row, row->uses_sram ? sram_sizes[m] : 0, runs);
+    for (int m = 0; row->flash && m < (row->uses_sram ? HBM_SRAM_COUNT : 1); m++)
+        failures += check_scaling(impl, row, row->uses_sram ? hbm_sram_sizes[m] : 0, runs);
     return failures;
 }
 
 int main(int argc, char **argv)
 {
-    const int cuda = argc == 2 && !strcmp(argv[1], "cuda");
-    if (argc != 2 || (!cuda && strcmp(argv[1], "cpu"))) {
-        fprintf(stderr, "usage: test_hbm_model_07 cpu|cuda\n");
-        return 2;
-    }
-    if (cuda && !cuda_device_available()) {
-        printf("no CUDA device: skipped (cuda: %s)\n", cuda_device_description());
-        return 77;
-    }
-    const Device device = cuda ? DEVICE_CUDA : DEVICE_CPU;
-    int failures = 0, runs = 0;
-    for (int r = 0; r < MODEL_COUNT; r++)
-        if (models[r].device == device)
-            failures += check_row(&models[r], &runs);
-    printf("%d of %d checks failed\n", failures, runs);
-    return failures ? 1 : 0;
+    const HbmDriver drv = {"07", models, MODEL_COUNT, SHAPE_COUNT, check_shape, check_scaling_law};
+    return hbm_driver_main(&drv, argc, argv);
 }

@@ -17,6 +17,7 @@
 
 #include "attn.h"
 #include "hbm.h"
+#include "hbm_model_driver.h"
 #include "runner.h"
 #include "test_support.h"
 
@@ -46,17 +47,10 @@ static const GqaShape shapes[] = {
 };
 enum { SHAPE_COUNT = sizeof shapes / sizeof shapes[0] };
 
-/* SRAM sizes M for the CPU flash row: the default and a small one that forces many small blocks. */
-static const size_t sram_sizes[] = {FLASHLAB_DEFAULT_SRAM_BYTES, 16u * 1024u};
-enum { SRAM_COUNT = sizeof sram_sizes / sizeof sram_sizes[0] };
-
-typedef struct {
-    uint64_t read, written, workspace; /* bytes of one pass */
-} Counts;
-
-typedef struct {
-    Counts fwd, bwd;
-} PassCounts;
+/* The CPU flash row runs at both of hbm_sram_sizes (the default M and a small one). */
+typedef HbmCounts Counts;
+typedef HbmPassCounts PassCounts;
+typedef HbmModelRow ModelRow;
 
 static uint64_t div_up(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
@@ -278,17 +272,6 @@ static PassCounts model_naive_cuda(const AttnProblem *p, size_t M)
     return e;
 }
 
-/* One implementation and its closed form (M is 0 for rows with uses_sram = 0). fwd_br: the query
- * tile of its FA2 forward for the GQA law (a function of the problem and M; NULL for the cuBLAS
- * forward, whose K/V reads are one GEMM operand per kv head but whose reads also hold S and P). */
-typedef struct {
-    Device device;
-    const char *variant;
-    PassCounts (*model)(const AttnProblem *p, size_t M);
-    int uses_sram;
-    uint64_t (*fwd_br)(const AttnProblem *p, size_t M);
-} ModelRow;
-
 static uint64_t cuda_fwd_br(const AttnProblem *p, size_t M)
 {
     (void)p, (void)M;
@@ -301,58 +284,17 @@ static uint64_t cpu_fwd_br_default(const AttnProblem *p, size_t M)
     return cpu_block_r_fwd(p, FLASHLAB_DEFAULT_SRAM_BYTES);
 }
 
+/* One implementation and its closed form (M is 0 for rows with uses_sram = 0). fwd_br: the query
+ * tile of its FA2 forward for the GQA law (a function of the problem and M; NULL for the cuBLAS
+ * forward, whose K/V reads are one GEMM operand per kv head but whose reads also hold S and P). */
 static const ModelRow models[] = {
-    {DEVICE_CPU, "", model_flash_cpu, 1, cpu_block_r_fwd},
-    {DEVICE_CPU, "naive", model_naive_cpu, 0, cpu_fwd_br_default},
-    {DEVICE_CUDA, "", model_flash_cuda, 0, cuda_fwd_br},
-    {DEVICE_CUDA, "deterministic", model_deterministic_cuda, 0, cuda_fwd_br},
-    {DEVICE_CUDA, "naive", model_naive_cuda, 0, NULL},
+    {DEVICE_CPU, "", model_flash_cpu, 1, .fwd_br = cpu_block_r_fwd},
+    {DEVICE_CPU, "naive", model_naive_cpu, 0, .fwd_br = cpu_fwd_br_default},
+    {DEVICE_CUDA, "", model_flash_cuda, 0, .fwd_br = cuda_fwd_br},
+    {DEVICE_CUDA, "deterministic", model_deterministic_cuda, 0, .fwd_br = cuda_fwd_br},
+    {DEVICE_CUDA, "naive", model_naive_cuda, 0, .fwd_br = NULL},
 };
 enum { MODEL_COUNT = sizeof models / sizeof models[0] };
-
-static const char *row_name(const ModelRow *row)
-{
-    return row->variant[0] ? row->variant : "flash";
-}
-
-static int counts_equal(const Counts *a, const Counts *b)
-{
-    return a->read == b->read && a->written == b->written && a->workspace == b->workspace;
-}
-
-/* Runs forward + backward of one row on one problem with counting on; fills got (and want from
- * the row's model). 0 when the run succeeded. */
-static int run_counted(const StageImpl *impl, const ModelRow *row, TestProblem *x, size_t M,
-                       PassCounts *got, PassCounts *want)
-{
-    AttnTensors t = test_problem_tensors(x);
-    RunCtx opts;
-    memset(&opts, 0, sizeof opts);
-    opts.sram_bytes = M;
-    opts.threads = 2;
-    RunStats stats;
-    FlError err = {{0}};
-    const int rc = runner_run(impl, DIR_BWD, &x->p, &t, &opts, &stats, &err);
-    if (rc != 0) {
-        fprintf(stderr, "stage 08 %s %s: runner_run failed (%d): %s\n", device_name(row->device),
-                row_name(row), rc, err.msg);
-        return -1;
-    }
-    got->fwd = (Counts){stats.fwd.bytes_read, stats.fwd.bytes_written, stats.extra_bytes_fwd};
-    got->bwd = (Counts){stats.bwd.bytes_read, stats.bwd.bytes_written, stats.extra_bytes_bwd};
-    *want = row->model(&x->p, M);
-    return 0;
-}
-
-static void print_counts(const char *pass, const Counts *got, const Counts *want)
-{
-    printf("    %s read %llu (model %llu)  written %llu (model %llu)  workspace %llu (model %llu)"
-           "%s\n",
-           pass, (unsigned long long)got->read, (unsigned long long)want->read,
-           (unsigned long long)got->written, (unsigned long long)want->written,
-           (unsigned long long)got->workspace, (unsigned long long)want->workspace,
-           counts_equal(got, want) ? "" : "  <- differs");
-}
 
 /* The problem of shape g (Hkv = hkv: g->Hkv, or Hq for the repeated-K/V twin). */
 static int make_problem(TestProblem *x, const GqaShape *g, int hkv, uint64_t seed)
@@ -382,8 +324,9 @@ static uint64_t kv_fwd_bytes(const AttnProblem *p, const Counts *fwd)
  * an FA2 forward, when the GQA law holds: with R <= the forward's query tile the K/V bytes are
  * exactly B Hkv Tk (d + dv) 4, and they are 1/group of the same problem with K/V repeated to Hq
  * heads (that twin is run too, counts and outputs checked the same way). */
-static int check_shape(const StageImpl *impl, const ModelRow *row, const GqaShape *g, size_t M)
+static int check_shape(const StageImpl *impl, const ModelRow *row, int shape, size_t M)
 {
+    const GqaShape *g = &shapes[shape];
     TestProblem x, rep;
     memset(&rep, 0, sizeof rep);
     int failed = 1;
@@ -391,25 +334,24 @@ static int check_shape(const StageImpl *impl, const ModelRow *row, const GqaShap
     if (make_problem(&x, g, g->Hkv, seed) != 0)
         goto done;
     PassCounts got, want;
-    if (run_counted(impl, row, &x, M, &got, &want) != 0)
+    if (hbm_run_model(impl, row, &x, M, &got, &want) != 0)
         goto done;
     const double err_fwd = ref_attention_max_error(&x.p, x.o, x.lse, ERR_ABS_REL);
     const double err_bwd = ref_gradients_max_error(&x.p, x.dq, x.dk, x.dv, ERR_ABS_REL);
     /* DESIGN §7: atol = rtol = 1e-4 for o and lse, 5e-4 for the gradients */
-    const int counts_ok = counts_equal(&got.fwd, &want.fwd) && counts_equal(&got.bwd, &want.bwd);
+    const int counts_ok = hbm_counts_equal(&got.fwd, &want.fwd) && hbm_counts_equal(&got.bwd, &want.bwd);
     failed = !counts_ok || !(err_fwd <= 1e-4) || !(err_bwd <= 5e-4);
     const AttnProblem *p = &x.p;
     const int group = p->Hq / p->Hkv;
-    char sram[24] = "-"; /* M, for the rows that use it */
-    if (row->uses_sram)
-        snprintf(sram, sizeof sram, "%zu", M);
+    char sram[24]; /* M, for the rows that use it */
+    hbm_sram_label(row, M, sram);
     printf("stage 08 %-4s %-13s %-6s M=%-7s B=%d Hq=%d Hkv=%d (group %d) Tq=%d Tk=%d d=%d dv=%d"
            "  R=%llu  err o/lse %.1e  grads %.1e  %s\n",
-           device_name(row->device), row_name(row), g->causal ? "causal" : "full", sram, p->B,
+           device_name(row->device), hbm_row_name(row), g->causal ? "causal" : "full", sram, p->B,
            p->Hq, p->Hkv, group, p->Tq, p->Tk, p->d, p->dv, (unsigned long long)packed_rows(p),
            err_fwd, err_bwd, failed ? "FAIL" : "ok");
-    print_counts("fwd", &got.fwd, &want.fwd);
-    print_counts("bwd", &got.bwd, &want.bwd);
+    hbm_print_counts("fwd", &got.fwd, &want.fwd);
+    hbm_print_counts("bwd", &got.bwd, &want.bwd);
 
     if (!row->fwd_br)
         goto done;
@@ -440,13 +382,13 @@ static int check_shape(const StageImpl *impl, const ModelRow *row, const GqaShap
             memcpy(rep.v + dst * kvv, x.v + src * kvv, kvv * sizeof(float));
         }
     PassCounts got_rep, want_rep;
-    if (run_counted(impl, row, &rep, M, &got_rep, &want_rep) != 0) {
+    if (hbm_run_model(impl, row, &rep, M, &got_rep, &want_rep) != 0) {
         failed = 1;
         goto done;
     }
     const double err_rep = ref_attention_max_error(&rep.p, rep.o, rep.lse, ERR_ABS_REL);
-    const int rep_ok = counts_equal(&got_rep.fwd, &want_rep.fwd) &&
-                       counts_equal(&got_rep.bwd, &want_rep.bwd) && err_rep <= 1e-4;
+    const int rep_ok = hbm_counts_equal(&got_rep.fwd, &want_rep.fwd) &&
+                       hbm_counts_equal(&got_rep.bwd, &want_rep.bwd) && err_rep <= 1e-4;
     const uint64_t kv_rep = kv_fwd_bytes(&rep.p, &got_rep.fwd);
     /* R <= Br: one tile per kv head against one per query head, each loading all Tk keys (the
      * causal tile's furthest row, at position Tk - 1, sees them all): exactly 1/group. Otherwise
@@ -460,13 +402,13 @@ static int check_shape(const StageImpl *impl, const ModelRow *row, const GqaShap
            "%s  (repeated run: counts %s, err o/lse %.1e)  %s\n",
            p->Hq, (unsigned long long)kv, (unsigned long long)kv_rep, (double)kv / (double)kv_rep,
            1.0 / group, exact ? " (asserted equal)" : " (R > Br: asserted >= 1/group)",
-           counts_equal(&got_rep.fwd, &want_rep.fwd) && counts_equal(&got_rep.bwd, &want_rep.bwd)
+           hbm_counts_equal(&got_rep.fwd, &want_rep.fwd) && hbm_counts_equal(&got_rep.bwd, &want_rep.bwd)
                ? "= model"
                : "differ",
            err_rep, rep_ok && law_ok ? "ok" : "FAIL");
     if (!rep_ok) {
-        print_counts("fwd", &got_rep.fwd, &want_rep.fwd);
-        print_counts("bwd", &got_rep.bwd, &want_rep.bwd);
+        hbm_print_counts("fwd", &got_rep.fwd, &want_rep.fwd);
+        hbm_print_counts("bwd", &got_rep.bwd, &want_rep.bwd);
     }
 done:
     test_problem_free(&x);
@@ -474,39 +416,8 @@ done:
     return failed;
 }
 
-/* Every shape (and, for SRAM-based rows, every M) of one row; returns the number of failed runs. */
-static int check_row(const ModelRow *row, int *runs)
-{
-    const StageImpl *impl = stage_find("08", row->device, row->variant);
-    if (!impl) {
-        fprintf(stderr, "stage 08 has no %s implementation '%s' in this build\n",
-                device_name(row->device), row->variant);
-        ++*runs;
-        return 1;
-    }
-    int failures = 0;
-    for (int m = 0; m < (row->uses_sram ? SRAM_COUNT : 1); m++)
-        for (int i = 0; i < SHAPE_COUNT; i++, ++*runs)
-            failures += check_shape(impl, row, &shapes[i], row->uses_sram ? sram_sizes[m] : 0);
-    return failures;
-}
-
 int main(int argc, char **argv)
 {
-    const int cuda = argc == 2 && !strcmp(argv[1], "cuda");
-    if (argc != 2 || (!cuda && strcmp(argv[1], "cpu"))) {
-        fprintf(stderr, "usage: test_hbm_model_08 cpu|cuda\n");
-        return 2;
-    }
-    if (cuda && !cuda_device_available()) {
-        printf("no CUDA device: skipped (cuda: %s)\n", cuda_device_description());
-        return 77;
-    }
-    const Device device = cuda ? DEVICE_CUDA : DEVICE_CPU;
-    int failures = 0, runs = 0;
-    for (int r = 0; r < MODEL_COUNT; r++)
-        if (models[r].device == device)
-            failures += check_row(&models[r], &runs);
-    printf("%d of %d checks failed\n", failures, runs);
-    return failures ? 1 : 0;
+    const HbmDriver drv = {"08", models, MODEL_COUNT, SHAPE_COUNT, check_shape, NULL};
+    return hbm_driver_main(&drv, argc, argv);
 }

@@ -24,6 +24,7 @@
 
 #include "attn.h"
 #include "hbm.h"
+#include "hbm_model_driver.h"
 #include "runner.h"
 #include "test_support.h"
 
@@ -51,16 +52,10 @@ static const SwaShape shapes[] = {
 };
 enum { SHAPE_COUNT = sizeof shapes / sizeof shapes[0] };
 
-static const size_t sram_sizes[] = {FLASHLAB_DEFAULT_SRAM_BYTES, 16u * 1024u};
-enum { SRAM_COUNT = sizeof sram_sizes / sizeof sram_sizes[0] };
-
-typedef struct {
-    uint64_t read, written, workspace;
-} Counts;
-
-typedef struct {
-    Counts fwd, bwd;
-} PassCounts;
+/* The CPU flash row runs at both of hbm_sram_sizes (the default M and a small one). */
+typedef HbmCounts Counts;
+typedef HbmPassCounts PassCounts;
+typedef HbmModelRow ModelRow;
 
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
@@ -284,38 +279,14 @@ static PassCounts model_naive_cuda(const AttnProblem *p, size_t M)
 /* One implementation: its closed form; uses_sram: CPU flash (run at every M); flash: an FA2
  * forward and a tiled backward (the O(T (W + S)) law applies); naive_bwd: its backward keeps D
  * (B Hq Tq floats more than stage 08, written and workspace). */
-typedef struct {
-    Device device;
-    const char *variant;
-    PassCounts (*model)(const AttnProblem *p, size_t M);
-    int uses_sram, flash, naive_bwd;
-} ModelRow;
-
 static const ModelRow models[] = {
-    {DEVICE_CPU, "", model_flash_cpu, 1, 1, 0},
-    {DEVICE_CPU, "naive", model_naive_cpu, 0, 0, 1},
-    {DEVICE_CUDA, "", model_flash_cuda, 0, 1, 0},
-    {DEVICE_CUDA, "deterministic", model_deterministic_cuda, 0, 1, 0},
-    {DEVICE_CUDA, "naive", model_naive_cuda, 0, 0, 1},
+    {DEVICE_CPU, "", model_flash_cpu, 1, .flash = 1, .naive_bwd = 0},
+    {DEVICE_CPU, "naive", model_naive_cpu, 0, .flash = 0, .naive_bwd = 1},
+    {DEVICE_CUDA, "", model_flash_cuda, 0, .flash = 1, .naive_bwd = 0},
+    {DEVICE_CUDA, "deterministic", model_deterministic_cuda, 0, .flash = 1, .naive_bwd = 0},
+    {DEVICE_CUDA, "naive", model_naive_cuda, 0, .flash = 0, .naive_bwd = 1},
 };
 enum { MODEL_COUNT = sizeof models / sizeof models[0] };
-
-static const char *row_name(const ModelRow *row) { return row->variant[0] ? row->variant : "flash"; }
-
-static int counts_equal(const Counts *a, const Counts *b)
-{
-    return a->read == b->read && a->written == b->written && a->workspace == b->workspace;
-}
-
-static void print_counts(const char *pass, const Counts *got, const Counts *want)
-{
-    printf("    %s read %llu (model %llu)  written %llu (model %llu)  workspace %llu (model %llu)"
-           "%s\n",
-           pass, (unsigned long long)got->read, (unsigned long long)want->read,
-           (unsigned long long)got->written, (unsigned long long)want->written,
-           (unsigned long long)got->workspace, (unsigned long long)want->workspace,
-           counts_equal(got, want) ? "" : "  <- differs");
-}
 
 static int make_problem(TestProblem *x, const SwaShape *g, uint64_t seed)
 {
@@ -336,33 +307,12 @@ static uint64_t shape_seed(const SwaShape *g)
            (uint64_t)g->sinks;
 }
 
-/* Runs forward + backward of impl on x with counting on. 0 when the run succeeded. */
-static int run_counted(const StageImpl *impl, TestProblem *x, size_t M, PassCounts *got)
-{
-    AttnTensors t = test_problem_tensors(x);
-    RunCtx opts;
-    memset(&opts, 0, sizeof opts);
-    opts.sram_bytes = M;
-    opts.threads = 2;
-    RunStats stats;
-    FlError err = {{0}};
-    const int rc = runner_run(impl, DIR_BWD, &x->p, &t, &opts, &stats, &err);
-    if (rc != 0) {
-        fprintf(stderr, "stage %s %s '%s': runner_run failed (%d): %s\n", impl->stage,
-                device_name(impl->device), impl->variant, rc, err.msg);
-        return -1;
-    }
-    got->fwd = (Counts){stats.fwd.bytes_read, stats.fwd.bytes_written, stats.extra_bytes_fwd};
-    got->bwd = (Counts){stats.bwd.bytes_read, stats.bwd.bytes_written, stats.extra_bytes_bwd};
-    return 0;
-}
-
 /* Runs row on x, checks counts against the model and outputs against the reference (check_ref);
  * prints one line. Returns 0 when all is right; got receives the counts. */
 static int run_and_check(const StageImpl *impl, const ModelRow *row, TestProblem *x, size_t M,
                          int check_ref, PassCounts *got)
 {
-    if (run_counted(impl, x, M, got) != 0)
+    if (hbm_run_counted(impl, x, M, got) != 0)
         return 1;
     const PassCounts want = row->model(&x->p, M);
     double err_fwd = 0.0, err_bwd = 0.0;
@@ -371,20 +321,19 @@ static int run_and_check(const StageImpl *impl, const ModelRow *row, TestProblem
         err_bwd = ref_gradients_max_error_sinks(&x->p, x->dq, x->dk, x->dv, x->dsinks, ERR_ABS_REL);
     }
     /* DESIGN §7: atol = rtol = 1e-4 for o and lse, 5e-4 for the gradients (dsinks included) */
-    const int ok = counts_equal(&got->fwd, &want.fwd) && counts_equal(&got->bwd, &want.bwd) &&
+    const int ok = hbm_counts_equal(&got->fwd, &want.fwd) && hbm_counts_equal(&got->bwd, &want.bwd) &&
                    err_fwd <= 1e-4 && err_bwd <= 5e-4;
     const AttnProblem *p = &x->p;
-    char sram[24] = "-";
-    if (row->uses_sram)
-        snprintf(sram, sizeof sram, "%zu", M);
+    char sram[24];
+    hbm_sram_label(row, M, sram);
     printf("stage 10 %-4s %-13s M=%-7s B=%d Hq=%d Hkv=%d Tq=%d Tk=%d d=%d dv=%d W=%d S=%d%s%s"
            "  err o/lse %.1e  grads %.1e%s  %s\n",
-           device_name(row->device), row_name(row), sram, p->B, p->Hq, p->Hkv, p->Tq, p->Tk, p->d,
+           device_name(row->device), hbm_row_name(row), sram, p->B, p->Hq, p->Hkv, p->Tq, p->Tk, p->d,
            p->dv, p->window, p->sink_tokens, p->sinks ? " sinks" : "",
            p->causal && !p->window ? " causal" : "", err_fwd, err_bwd,
            check_ref ? "" : " (not checked)", ok ? "ok" : "FAIL");
-    print_counts("fwd", &got->fwd, &want.fwd);
-    print_counts("bwd", &got->bwd, &want.bwd);
+    hbm_print_counts("fwd", &got->fwd, &want.fwd);
+    hbm_print_counts("bwd", &got->bwd, &want.bwd);
     return !ok;
 }
 
@@ -401,14 +350,14 @@ static int compare_with_stage08(const ModelRow *row, TestProblem *x, const PassC
     const int window = x->p.window;
     x->p.window = 0; /* causal stays on */
     PassCounts got08;
-    const int rc = run_counted(impl08, x, 0, &got08) != 0;
+    const int rc = hbm_run_counted(impl08, x, 0, &got08) != 0;
     const double err = rc ? INFINITY : ref_attention_max_error(&x->p, x->o, x->lse, ERR_ABS_REL);
     x->p.window = window;
     if (rc)
         return 1;
     const uint64_t D = row->naive_bwd ? 4ull * x->p.B * x->p.Hq * x->p.Tq : 0;
     const Counts want_bwd = {got08.bwd.read, got08.bwd.written + D, got08.bwd.workspace + D};
-    const int ok = counts_equal(&got10->fwd, &got08.fwd) && counts_equal(&got10->bwd, &want_bwd) &&
+    const int ok = hbm_counts_equal(&got10->fwd, &got08.fwd) && hbm_counts_equal(&got10->bwd, &want_bwd) &&
                    err <= 1e-4;
     printf("    W = %d >= Tk = %d: stage 08 causal counters (bwd + D = %llu for naive): fwd read "
            "%llu written %llu, bwd read %llu written %llu workspace %llu  %s\n",
@@ -419,8 +368,9 @@ static int compare_with_stage08(const ModelRow *row, TestProblem *x, const PassC
     return !ok;
 }
 
-static int check_shape(const StageImpl *impl, const ModelRow *row, const SwaShape *g, size_t M)
+static int check_shape(const StageImpl *impl, const ModelRow *row, int shape, size_t M)
 {
+    const SwaShape *g = &shapes[shape];
     TestProblem x;
     int failed = 1;
     if (make_problem(&x, g, shape_seed(g)) == 0) {
@@ -475,7 +425,7 @@ static int check_law(const ModelRow *row)
     printf("O(T (W + S)) law, %s %s: T 1024 -> 2048, W = 64, S = 4: fwd K/V %llu -> %llu (x%.3f),"
            " bwd total %llu -> %llu (x%.3f); causal without window: fwd K/V %llu -> %llu (x%.3f),"
            " bwd total %llu -> %llu (x%.3f)  %s\n",
-           device_name(row->device), row_name(row), (unsigned long long)w1.kv_fwd,
+           device_name(row->device), hbm_row_name(row), (unsigned long long)w1.kv_fwd,
            (unsigned long long)w2.kv_fwd, wf, (unsigned long long)w1.bwd_total,
            (unsigned long long)w2.bwd_total, wb, (unsigned long long)c1.kv_fwd,
            (unsigned long long)c2.kv_fwd, cf, (unsigned long long)c1.bwd_total,
@@ -483,42 +433,18 @@ static int check_law(const ModelRow *row)
     return !ok;
 }
 
-static int check_row(const ModelRow *row, int *runs)
+/* After a flash row's shapes: its O(T (W + S)) law, one check. */
+static int check_law_row(const StageImpl *impl, const ModelRow *row, int *runs)
 {
-    const StageImpl *impl = stage_find("10", row->device, row->variant);
-    if (!impl) {
-        fprintf(stderr, "stage 10 has no %s implementation '%s' in this build\n",
-                device_name(row->device), row->variant);
-        ++*runs;
-        return 1;
-    }
-    int failures = 0;
-    for (int m = 0; m < (row->uses_sram ? SRAM_COUNT : 1); m++)
-        for (int i = 0; i < SHAPE_COUNT; i++, ++*runs)
-            failures += check_shape(impl, row, &shapes[i], row->uses_sram ? sram_sizes[m] : 0);
-    if (row->flash) {
-        failures += check_law(row);
-        ++*runs;
-    }
-    return failures;
+    (void)impl; /* check_law finds it again */
+    if (!row->flash)
+        return 0;
+    ++*runs;
+    return check_law(row);
 }
 
 int main(int argc, char **argv)
 {
-    const int cuda = argc == 2 && !strcmp(argv[1], "cuda");
-    if (argc != 2 || (!cuda && strcmp(argv[1], "cpu"))) {
-        fprintf(stderr, "usage: test_hbm_model_10 cpu|cuda\n");
-        return 2;
-    }
-    if (cuda && !cuda_device_available()) {
-        printf("no CUDA device: skipped (cuda: %s)\n", cuda_device_description());
-        return 77;
-    }
-    const Device device = cuda ? DEVICE_CUDA : DEVICE_CPU;
-    int failures = 0, runs = 0;
-    for (int r = 0; r < MODEL_COUNT; r++)
-        if (models[r].device == device)
-            failures += check_row(&models[r], &runs);
-    printf("%d of %d checks failed\n", failures, runs);
-    return failures ? 1 : 0;
+    const HbmDriver drv = {"10", models, MODEL_COUNT, SHAPE_COUNT, check_shape, check_law_row};
+    return hbm_driver_main(&drv, argc, argv);
 }
