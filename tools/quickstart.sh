@@ -32,7 +32,9 @@ cmake_ok() {
 missing=""
 cmake_ok || missing="$missing cmake"
 command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || missing="$missing gcc"
-for pkg in libopenblas-dev libcjson-dev python3-numpy; do
+# python3-nbclient .. python3-matplotlib: the notebook tests (ctest -L notebooks)
+for pkg in libopenblas-dev libcjson-dev python3-numpy \
+    python3-nbclient python3-nbformat python3-ipykernel python3-matplotlib; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
 done
 

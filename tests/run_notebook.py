@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Execute one notebook headless (nbclient, kernel python3) and fail on any cell error.
+
+    run_notebook.py NOTEBOOK --flashlab PATH/TO/build/flashlab [--root REPO] [--save OUT.ipynb]
+
+The notebook is executed from a copy in a temporary folder, so nothing is written into the
+repository; FLASHLAB (the built tool) and FLASHLAB_ROOT (the repository) are set for its kernel.
+--save writes the executed notebook (with outputs) to OUT.ipynb for a look at the figures.
+Exit: 0 every cell ran; 1 a cell failed (its traceback is printed); 2 bad usage;
+77 nbformat, nbclient, ipykernel, matplotlib or numpy missing (CTest: skipped, never passed).
+"""
+import argparse
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+NEEDED = ["numpy", "matplotlib", "nbformat", "nbclient", "ipykernel"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("notebook")
+    ap.add_argument("--flashlab", required=True, help="path to the built flashlab tool")
+    ap.add_argument("--root", help="repository root (default: the notebook's parent folder's parent)")
+    ap.add_argument("--save", help="also write the executed notebook here")
+    ap.add_argument("--timeout", type=int, default=300, help="seconds per cell (default 300)")
+    args = ap.parse_args()
+
+    missing = [m for m in NEEDED if importlib.util.find_spec(m) is None]
+    if missing:
+        print(f"{sys.executable}: missing Python modules: {', '.join(missing)}; notebook skipped")
+        print("Debian/Ubuntu: apt-get install -y python3-nbclient python3-nbformat "
+              "python3-ipykernel python3-matplotlib (tools/quickstart.sh installs them)")
+        return 77
+
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb_path = os.path.abspath(args.notebook)
+    root = os.path.abspath(args.root or os.path.join(os.path.dirname(nb_path), ".."))
+    tool = os.path.abspath(args.flashlab)
+    if not os.path.isfile(nb_path) or not os.access(tool, os.X_OK):
+        print(f"run_notebook: no notebook {nb_path} or no executable {tool}", file=sys.stderr)
+        return 2
+
+    with tempfile.TemporaryDirectory(prefix="flashlab-nb-") as tmp:
+        work = os.path.join(tmp, os.path.basename(nb_path))
+        shutil.copyfile(nb_path, work)
+        # The kernel inherits this environment; keep Jupyter's and IPython's files in tmp too.
+        os.environ["FLASHLAB"] = tool
+        os.environ["FLASHLAB_ROOT"] = root
+        os.environ["JUPYTER_RUNTIME_DIR"] = os.path.join(tmp, "runtime")
+        os.environ["IPYTHONDIR"] = os.path.join(tmp, "ipython")
+        os.environ["MPLCONFIGDIR"] = os.path.join(tmp, "mpl")
+        os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # debugpy's start-up noise
+
+        nb = nbformat.read(work, as_version=4)
+        client = NotebookClient(nb, timeout=args.timeout, kernel_name="python3",
+                                resources={"metadata": {"path": tmp}})
+        start = time.monotonic()
+        try:
+            client.execute()
+        except CellExecutionError as e:
+            print(f"run_notebook: a cell of {os.path.basename(nb_path)} failed:\n{e}")
+            return 1
+        except Exception as e:  # kernel could not start, cell timeout, ...
+            print(f"run_notebook: {os.path.basename(nb_path)}: {type(e).__name__}: {e}")
+            return 1
+        elapsed = time.monotonic() - start
+        if args.save:
+            nbformat.write(nb, args.save)
+        code_cells = sum(1 for c in nb.cells if c.cell_type == "code")
+        print(f"run_notebook: {os.path.basename(nb_path)}: {code_cells} code cells ran "
+              f"in {elapsed:.1f} s")
+        # Echo the cells' text output, so the CTest log shows the numbers just measured.
+        for c in nb.cells:
+            for out in c.get("outputs", []):
+                if out.get("output_type") == "stream":
+                    sys.stdout.write(out.get("text", ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
