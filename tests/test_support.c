@@ -306,9 +306,8 @@ static void reference_head_backward(const AttnProblem *p, size_t bh, double *s, 
     }
     for (size_t i = 0; i < Tq; i++) {
         const float *doi = x.dout + i * dv;
-        const size_t n = Tk; /* P = 0 for the keys the row does not see */
-        double D = 0.0;
-        for (size_t j = 0; j < n; j++) {
+        double D = 0.0; /* P = 0 for the keys the row does not see: they are skipped */
+        for (size_t j = 0; j < Tk; j++) {
             if (!test_key_visible(p, (int)i, (int)j))
                 continue;
             double dp = 0.0; /* dP_ij = dO_i . v_j */
@@ -321,7 +320,7 @@ static void reference_head_backward(const AttnProblem *p, size_t bh, double *s, 
         }
         if (p->sinks && lse[i] != -INFINITY)
             g->dsinks[bh % (size_t)p->Hq] -= exp(sink - lse[i]) * D;
-        for (size_t j = 0; j < n; j++) {
+        for (size_t j = 0; j < Tk; j++) {
             if (!test_key_visible(p, (int)i, (int)j))
                 continue;
             const double ds = P[i * Tk + j] * (s[j] - D) * p->scale;

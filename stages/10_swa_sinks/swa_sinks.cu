@@ -11,7 +11,7 @@
  *
  * From stage 08: grouped-query attention. The group = Hq / Hkv query heads that read one kv head
  * are adjacent in memory, so their rows form one matrix of R = group * Tq packed rows (mask.h,
- * shared with gqa.c: packed row r is at position r % Tq). Every kernel's "head" is now a kv head
+ * shared with swa_sinks.c: packed row r is at position r % Tq). Every kernel's "head" is now a kv head
  * and its query rows are the R packed rows: a forward block's Br rows may hold several query heads
  * (with Tq = 1, the whole group), so each K/V tile is loaded once per kv head, not once per query
  * head; the backward block that owns K_j, V_j walks the query tiles of the whole group, so dK_j and
