@@ -1,8 +1,9 @@
 /* case.c — loading and validating a case folder (DESIGN §4).
  *
  * case.json is optional: a missing file means every option takes its default (not causal,
- * window 0, sink_tokens 0, scale 1/sqrt(d), empty description). When present it must be a flat
- * JSON object with only the keys below; anything else is refused, naming case.json and the key. */
+ * window 0, sink_tokens 0, scale 1/sqrt(d), empty description; for an MLA case rope_theta 10000).
+ * When present it must be a flat JSON object with only the keys below; anything else is refused,
+ * naming case.json and the key. A folder holding ckv.npy is an MLA case (stage 09). */
 #include "case.h"
 #include "npy.h"
 
@@ -101,10 +102,37 @@ static int bad_option(const char *path, const cJSON *item, const char *rule, FlE
     return rc;
 }
 
+/* The keys of an MLA case: causal, rope_theta, description. */
+static int apply_mla_option(Case *c, const char *path, const cJSON *item, FlError *err)
+{
+    const char *key = item->string;
+    if (strcmp(key, "causal") == 0) {
+        if (!cJSON_IsBool(item))
+            return bad_option(path, item, "true or false", err);
+        c->mla.causal = cJSON_IsTrue(item);
+    } else if (strcmp(key, "rope_theta") == 0) {
+        float theta = cJSON_IsNumber(item) ? (float)item->valuedouble : 0.0f;
+        if (!isfinite(theta) || theta <= 0.0f)
+            return bad_option(path, item, "a finite number > 0", err);
+        c->mla.rope_theta = theta;
+    } else if (strcmp(key, "description") == 0) {
+        if (!cJSON_IsString(item))
+            return bad_option(path, item, "a string", err);
+        copy_string(c->description, sizeof c->description, item->valuestring);
+    } else {
+        return fl_fail(err, FL_BAD_INPUT,
+                       "%s: unknown key '%s' for an MLA case (allowed: causal, rope_theta, description)",
+                       path, key);
+    }
+    return FL_OK;
+}
+
 static int apply_option(Case *c, const char *path, const cJSON *item, FlError *err)
 {
     const char *key = item->string;
     AttnProblem *p = &c->problem;
+    if (c->is_mla)
+        return apply_mla_option(c, path, item, err);
     if (strcmp(key, "causal") == 0) {
         if (!cJSON_IsBool(item))
             return bad_option(path, item, "true or false", err);
@@ -313,6 +341,70 @@ static int load_expected(Case *c, FlError *err)
     return FL_OK;
 }
 
+/* ---- MLA cases (stage 09) ---------------------------------------------------------------- */
+
+/* Sizes from x, ckv, kpe, w_dq, w_uq and w_uv; then every file must have exactly its shape. */
+static int validate_mla(Case *c, FlError *err)
+{
+    static const struct {
+        int id, ndim;
+        const char *names;
+    } dims[] = {{MLA_X, 3, "(B, Tq, D)"},      {MLA_CKV, 3, "(B, Tk, m)"},
+                {MLA_KPE, 3, "(B, Tk, p)"},    {MLA_W_DQ, 2, "(D, mq)"},
+                {MLA_W_UQ, 3, "(mq, H, dh)"},  {MLA_W_UV, 3, "(m, H, dv)"}};
+    const Tensor *in = c->mla_in;
+    int rc = FL_OK;
+    for (size_t i = 0; !rc && i < sizeof dims / sizeof dims[0]; i++)
+        rc = check_sizes(c, mla_file_name(dims[i].id), &in[dims[i].id], dims[i].ndim, dims[i].names,
+                         err);
+    if (rc)
+        return rc;
+    MlaProblem *p = &c->mla;
+    p->B = (int)in[MLA_X].shape[0], p->Tq = (int)in[MLA_X].shape[1], p->D = (int)in[MLA_X].shape[2];
+    p->Tk = (int)in[MLA_CKV].shape[1], p->m = (int)in[MLA_CKV].shape[2];
+    p->p = (int)in[MLA_KPE].shape[2];
+    p->mq = (int)in[MLA_W_DQ].shape[1];
+    p->H = (int)in[MLA_W_UQ].shape[1], p->dh = (int)in[MLA_W_UQ].shape[2];
+    p->dv = (int)in[MLA_W_UV].shape[2];
+    for (int id = 0; !rc && id < MLA_INPUT_COUNT; id++) {
+        int64_t shape[4];
+        int ndim = mla_shape(p, id, shape);
+        rc = check_shape_is(c, mla_file_name(id), &in[id], shape, ndim, err);
+    }
+    if (rc)
+        return rc;
+    if (p->p % 2 != 0)
+        return fl_fail(err, FL_BAD_INPUT, "%s/kpe.npy: the RoPE width p = %d must be even (rotated pairs)",
+                       c->dir, p->p);
+    if (p->Tq > p->Tk)
+        return fl_fail(err, FL_BAD_INPUT,
+                       "%s: x.npy has Tq = %d new tokens but ckv.npy only Tk = %d cache entries; the "
+                       "cache holds the new tokens, so Tq <= Tk",
+                       c->dir, p->Tq, p->Tk);
+    p->scale = (float)(1.0 / sqrt((double)(p->dh + p->p)));
+    for (int id = 0; id < MLA_INPUT_COUNT; id++)
+        p->in[id] = in[id].data;
+    return FL_OK;
+}
+
+static int load_mla(Case *c, int want_expected, FlError *err)
+{
+    int rc = FL_OK;
+    for (int id = 0; !rc && id < MLA_INPUT_COUNT; id++)
+        rc = load_tensor(c, mla_file_name(id), 1, &c->mla_in[id], err);
+    if (!rc)
+        rc = validate_mla(c, err);
+    if (rc || !want_expected)
+        return rc;
+    rc = load_tensor(c, "y.npy", 1, &c->mla_y, err);
+    if (!rc) {
+        int64_t shape[4];
+        int ndim = mla_shape(&c->mla, MLA_INPUT_COUNT, shape);
+        rc = check_shape_is(c, "y.npy", &c->mla_y, shape, ndim, err);
+    }
+    return rc;
+}
+
 static void set_dir_and_name(Case *c, const char *dir)
 {
     copy_string(c->dir, sizeof c->dir, dir);
@@ -328,8 +420,16 @@ static int load_all(const char *dir, int want_expected, Case *c, FlError *err)
     if (strlen(dir) >= sizeof c->dir)
         return fl_fail(err, FL_BAD_INPUT, "%.200s...: case folder path too long", dir);
     set_dir_and_name(c, dir);
+    char ckv[PATH_LEN];
+    join_path(ckv, c->dir, "ckv.npy");
+    c->is_mla = file_exists(ckv, err);
+    if (c->is_mla < 0)
+        return FL_BAD_INPUT;
+    c->mla.rope_theta = 10000.0f;
 
     int rc = load_options(c, err);
+    if (!rc && c->is_mla)
+        return load_mla(c, want_expected, err);
     if (!rc)
         rc = load_tensor(c, "q.npy", 1, &c->q, err);
     if (!rc)
@@ -368,7 +468,11 @@ void case_free(Case *c)
     tensor_free(&c->sinks);
     for (int id = 0; id < OUT_COUNT; id++)
         tensor_free(&c->expected[id]);
+    for (int id = 0; id < MLA_INPUT_COUNT; id++)
+        tensor_free(&c->mla_in[id]);
+    tensor_free(&c->mla_y);
     memset(&c->problem, 0, sizeof c->problem);
+    memset(&c->mla, 0, sizeof c->mla);
 }
 
 /* ---- outputs --------------------------------------------------------------------------- */

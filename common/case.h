@@ -16,6 +16,7 @@ extern "C" {
 typedef enum { OUT_O, OUT_LSE, OUT_DQ, OUT_DK, OUT_DV, OUT_DSINKS, OUT_COUNT } OutputId;
 
 typedef struct {
+    int is_mla;            /* an MLA case (ckv.npy present): mla_* below, not the attention tensors */
     char dir[4096];
     char name[256];        /* last path component */
     char description[512]; /* from case.json, may be empty */
@@ -23,10 +24,14 @@ typedef struct {
     Tensor q, k, v, dout, sinks;    /* dout / sinks: data NULL when absent */
     Tensor expected[OUT_COUNT];     /* data NULL when absent or not asked for */
     AttnProblem problem;            /* sizes, options and pointers into the tensors above */
+    Tensor mla_in[MLA_INPUT_COUNT]; /* MLA inputs, indexed by MlaInput */
+    Tensor mla_y;                   /* expected y.npy (golden MLA cases) */
+    MlaProblem mla;                 /* sizes, options and pointers into mla_in */
 } Case;
 
-/* Loads dir. With want_expected, also loads the expected outputs that exist (o.npy and lse.npy are
- * then required; dq/dk/dv.npy required when do.npy exists, dsinks.npy when sinks.npy exists).
+/* Loads dir: an MLA case when it holds ckv.npy (docs/conventions.md), else an attention case.
+ * With want_expected, also loads the expected outputs that exist (o.npy and lse.npy are
+ * then required; dq/dk/dv.npy required when do.npy exists, dsinks.npy when sinks.npy exists; y.npy for an MLA case).
  * Returns FL_OK or FL_BAD_INPUT (message names the file and what is wrong). On failure nothing is
  * left allocated. */
 int case_load(const char *dir, int want_expected, Case *c, FlError *err);

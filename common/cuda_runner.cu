@@ -125,20 +125,42 @@ static int alloc_outputs(const AttnProblem *p, int with_grads, DeviceRun *r, FlE
     return rc;
 }
 
-/* `bytes` of device scratch, replacing the previous one (NULL for 0 bytes). */
-static int alloc_workspace_bytes(const StageImpl *impl, DeviceRun *r, size_t bytes, FlError *err)
+/* `bytes` of device scratch in *ws, replacing the previous one (NULL for 0 bytes). */
+static int alloc_scratch(const StageImpl *impl, void **ws, size_t bytes, FlError *err)
 {
-    cudaFree(r->workspace);
-    r->workspace = NULL;
+    cudaFree(*ws);
+    *ws = NULL;
     if (bytes == 0)
         return FL_OK;
-    cudaError_t status = cudaMalloc(&r->workspace, bytes);
+    cudaError_t status = cudaMalloc(ws, bytes);
     if (status != cudaSuccess) {
-        r->workspace = NULL;
+        *ws = NULL;
         return fl_fail(err, FL_BAD_INPUT, "CUDA error in allocating %zu bytes of workspace for stage %s (%s): %s",
                        bytes, impl->stage, impl->name, cudaGetErrorString(status));
     }
     return FL_OK;
+}
+
+static int alloc_workspace_bytes(const StageImpl *impl, DeviceRun *r, size_t bytes, FlError *err)
+{
+    return alloc_scratch(impl, &r->workspace, bytes, err);
+}
+
+/* The device HBM counter [read, written]: zeroed before a counted pass, read back after it. */
+static int counter_zero(unsigned long long *counter, FlError *err)
+{
+    return fl_cuda_status(cudaMemset(counter, 0, 2 * sizeof(unsigned long long)),
+                          "zeroing the HBM counter", err);
+}
+
+static int counter_read(const unsigned long long *counter, HbmCounter *counted, FlError *err)
+{
+    unsigned long long host[2];
+    int rc = fl_cuda_status(cudaMemcpy(host, counter, sizeof host, cudaMemcpyDeviceToHost),
+                            "reading the HBM counter", err);
+    counted->bytes_read = host[HBM_READ];
+    counted->bytes_written = host[HBM_WRITTEN];
+    return rc;
 }
 
 static size_t pass_workspace_bytes(const StageImpl *impl, Direction dir, const DeviceRun *r,
@@ -176,20 +198,14 @@ static int run_pass(const StageImpl *impl, Direction dir, DeviceRun *r, RunCtx *
     ctx->workspace = r->workspace;
     ctx->hbm_dev = counted ? r->counter : NULL;
     if (counted)
-        rc = fl_cuda_status(cudaMemset(r->counter, 0, 2 * sizeof(unsigned long long)),
-                            "zeroing the HBM counter", err);
+        rc = counter_zero(r->counter, err);
     AttnFn fn = dir == DIR_FWD ? impl->forward : impl->backward;
     if (rc == FL_OK)
         rc = fn(&r->p, &r->t, ctx, err);
     if (rc == FL_OK)
         rc = fl_cuda_status(cudaDeviceSynchronize(), dir == DIR_FWD ? "the forward pass" : "the backward pass", err);
-    if (rc == FL_OK && counted) {
-        unsigned long long host[2];
-        rc = fl_cuda_status(cudaMemcpy(host, r->counter, sizeof host, cudaMemcpyDeviceToHost),
-                            "reading the HBM counter", err);
-        counted->bytes_read = host[HBM_READ];
-        counted->bytes_written = host[HBM_WRITTEN];
-    }
+    if (rc == FL_OK && counted)
+        rc = counter_read(r->counter, counted, err);
     ctx->workspace = NULL;
     ctx->hbm_dev = NULL;
     return rc;
@@ -263,10 +279,10 @@ extern "C" int cuda_runner_run(const StageImpl *impl, Direction dir, const AttnP
 
 /* ---- timing ------------------------------------------------------------------------------------ */
 
-/* Times `reps` runs (the forward pass, and for DIR_BWD the backward pass after it), each between
- * its own pair of events; samples in ms. */
-static int time_runs(const StageImpl *impl, Direction dir, DeviceRun *r, RunCtx *ctx, int warmup,
-                     int reps, double *samples, FlError *err)
+/* Times warmup + reps calls of body(), each between its own pair of events; the last reps
+ * samples in ms. body returns FL_OK or an error code. */
+template <class Body>
+static int time_with_events(int warmup, int reps, double *samples, Body body, FlError *err)
 {
     cudaEvent_t start = NULL, stop = NULL;
     int rc = fl_cuda_status(cudaEventCreate(&start), "creating a timing event", err);
@@ -275,9 +291,7 @@ static int time_runs(const StageImpl *impl, Direction dir, DeviceRun *r, RunCtx 
     for (int i = 0; rc == FL_OK && i < warmup + reps; i++) {
         rc = fl_cuda_status(cudaEventRecord(start), "recording a timing event", err);
         if (rc == FL_OK)
-            rc = impl->forward(&r->p, &r->t, ctx, err);
-        if (rc == FL_OK && dir == DIR_BWD)
-            rc = impl->backward(&r->p, &r->t, ctx, err);
+            rc = body();
         if (rc == FL_OK)
             rc = fl_cuda_status(cudaEventRecord(stop), "recording a timing event", err);
         if (rc == FL_OK)
@@ -293,6 +307,18 @@ static int time_runs(const StageImpl *impl, Direction dir, DeviceRun *r, RunCtx 
     if (stop)
         cudaEventDestroy(stop);
     return rc;
+}
+
+/* Times `reps` runs (the forward pass, and for DIR_BWD the backward pass after it). */
+static int time_runs(const StageImpl *impl, Direction dir, DeviceRun *r, RunCtx *ctx, int warmup,
+                     int reps, double *samples, FlError *err)
+{
+    return time_with_events(warmup, reps, samples, [&]() {
+        int rc = impl->forward(&r->p, &r->t, ctx, err);
+        if (rc == FL_OK && dir == DIR_BWD)
+            rc = impl->backward(&r->p, &r->t, ctx, err);
+        return rc;
+    }, err);
 }
 
 extern "C" int cuda_runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p,
@@ -321,6 +347,100 @@ extern "C" int cuda_runner_time(const StageImpl *impl, Direction dir, const Attn
     if (rc == FL_OK)
         *median = median_ms(samples, reps);
     device_run_free(&r);
+    free(samples);
+    return rc;
+}
+
+/* ---- MLA (stage 09): its own inputs, one output y ------------------------------------------- */
+
+typedef struct {
+    MlaProblem p;        /* sizes as given, pointers into device memory */
+    float *y;
+    unsigned long long *counter;
+    void *workspace;
+} MlaDeviceRun;
+
+static void mla_run_free(MlaDeviceRun *r)
+{
+    for (int id = 0; id < MLA_INPUT_COUNT; id++)
+        cudaFree((void *)r->p.in[id]);
+    cudaFree(r->y);
+    cudaFree(r->counter);
+    cudaFree(r->workspace);
+    memset(r, 0, sizeof *r);
+}
+
+/* Inputs up, y poisoned, the counter and the stage's workspace allocated. */
+static int mla_run_setup(const StageImpl *impl, const MlaProblem *host, MlaDeviceRun *r,
+                         const RunCtx *ctx, size_t *extra_bytes, FlError *err)
+{
+    memset(r, 0, sizeof *r);
+    r->p = *host;
+    int rc = FL_OK;
+    for (int id = 0; id < MLA_INPUT_COUNT; id++) {
+        r->p.in[id] = NULL;
+        float *dev = NULL;
+        char what[64];
+        snprintf(what, sizeof what, "copying %s to the device", mla_file_name(id));
+        if (rc == FL_OK)
+            rc = fl_cuda_upload_floats(&dev, host->in[id], mla_numel(host, id), what, err);
+        r->p.in[id] = dev;
+    }
+    if (rc == FL_OK)
+        rc = alloc_poisoned(&r->y, mla_numel(host, MLA_INPUT_COUNT), "allocating y", err);
+    if (rc == FL_OK)
+        rc = fl_cuda_status(cudaMalloc((void **)&r->counter, 2 * sizeof(unsigned long long)),
+                            "allocating the HBM counter", err);
+    size_t bytes = impl->mla_workspace_bytes ? impl->mla_workspace_bytes(&r->p, ctx) : 0;
+    if (extra_bytes)
+        *extra_bytes = bytes;
+    if (rc == FL_OK)
+        rc = alloc_scratch(impl, &r->workspace, bytes, err);
+    return rc;
+}
+
+extern "C" int cuda_runner_run_mla(const StageImpl *impl, const MlaProblem *p, float *y,
+                                   const RunCtx *opts, RunStats *stats, FlError *err)
+{
+    if (!cuda_device_available())
+        return no_device(impl, err);
+    MlaDeviceRun r;
+    RunCtx ctx = device_ctx(opts);
+    int rc = mla_run_setup(impl, p, &r, &ctx, &stats->extra_bytes_fwd, err);
+    ctx.workspace = r.workspace;
+    ctx.hbm_dev = r.counter;
+    if (rc == FL_OK)
+        rc = counter_zero(r.counter, err);
+    if (rc == FL_OK)
+        rc = impl->mla_forward(&r.p, r.y, &ctx, err);
+    if (rc == FL_OK)
+        rc = fl_cuda_status(cudaDeviceSynchronize(), "the MLA step", err);
+    if (rc == FL_OK)
+        rc = counter_read(r.counter, &stats->fwd, err);
+    if (rc == FL_OK)
+        rc = download(y, r.y, mla_numel(p, MLA_INPUT_COUNT), "copying y to the host", err);
+    mla_run_free(&r);
+    return rc;
+}
+
+extern "C" int cuda_runner_time_mla(const StageImpl *impl, const MlaProblem *p, const RunCtx *opts,
+                                    int warmup, int reps, double *median, FlError *err)
+{
+    if (!cuda_device_available())
+        return no_device(impl, err);
+    double *samples = (double *)malloc(sizeof(double) * (size_t)reps);
+    if (!samples)
+        return fl_fail(err, FL_BAD_INPUT, "out of memory for %d timing samples", reps);
+    MlaDeviceRun r;
+    RunCtx ctx = device_ctx(opts); /* counting off while timing */
+    int rc = mla_run_setup(impl, p, &r, &ctx, NULL, err);
+    ctx.workspace = r.workspace;
+    if (rc == FL_OK)
+        rc = time_with_events(warmup, reps, samples,
+                              [&]() { return impl->mla_forward(&r.p, r.y, &ctx, err); }, err);
+    if (rc == FL_OK)
+        *median = median_ms(samples, reps);
+    mla_run_free(&r);
     free(samples);
     return rc;
 }

@@ -2,6 +2,12 @@
  * so every CUDA request answers FL_NO_DEVICE (exit code 77, CTest's "skipped"). */
 #include "runner.h"
 
+static int no_cuda(const StageImpl *impl, FlError *err)
+{
+    return fl_fail(err, FL_NO_DEVICE, "stage %s (%s): this build of flashlab has no CUDA support "
+                   "(configure with nvcc available to build the CUDA stages)", impl->stage, impl->name);
+}
+
 int cuda_device_available(void)
 {
     return 0;
@@ -16,14 +22,26 @@ int cuda_runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, 
                     const RunCtx *opts, RunStats *stats, FlError *err)
 {
     (void)dir, (void)p, (void)t, (void)opts, (void)stats;
-    return fl_fail(err, FL_NO_DEVICE, "stage %s (%s): this build of flashlab has no CUDA support "
-                   "(configure with nvcc available to build the CUDA stages)", impl->stage, impl->name);
+    return no_cuda(impl, err);
 }
 
 int cuda_runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *opts,
                      int warmup, int reps, double *median, FlError *err)
 {
     (void)dir, (void)p, (void)opts, (void)warmup, (void)reps, (void)median;
-    return fl_fail(err, FL_NO_DEVICE, "stage %s (%s): this build of flashlab has no CUDA support "
-                   "(configure with nvcc available to build the CUDA stages)", impl->stage, impl->name);
+    return no_cuda(impl, err);
+}
+
+int cuda_runner_run_mla(const StageImpl *impl, const MlaProblem *p, float *y, const RunCtx *opts,
+                        RunStats *stats, FlError *err)
+{
+    (void)p, (void)y, (void)opts, (void)stats;
+    return no_cuda(impl, err);
+}
+
+int cuda_runner_time_mla(const StageImpl *impl, const MlaProblem *p, const RunCtx *opts, int warmup,
+                         int reps, double *median, FlError *err)
+{
+    (void)p, (void)opts, (void)warmup, (void)reps, (void)median;
+    return no_cuda(impl, err);
 }

@@ -29,6 +29,7 @@
 #define MAX_POSITIONAL 256
 #define MAX_LIST 32
 #define TOUR_REPS 5
+#define TOUR_MLA_CASE "mla_prefill_t24" /* stage 09 rows: MLA cases have their own inputs */
 #define BENCH_SEED 20240611u
 
 /* ==== options ================================================================================ */
@@ -54,6 +55,7 @@ typedef struct {
     IntList T, d;
     int B, H, Hkv, Tq, reps, causal, json; /* Hkv, Tq: 0 = H, T (self-attention) */
     int window, sink_tokens, sinks;          /* stage 10's mask and learned sinks */
+    int latent, rope_dim, model_dim, q_rank; /* stage 09's m, p, D, mq (0 = DeepSeek-V2's) */
     const char *positional[MAX_POSITIONAL];
     int npositional;
 } Options;
@@ -87,6 +89,10 @@ static const OptionSpec option_specs[] = {
     {"--sinks", 0, "bench"},
     {"--reps", 1, "bench"},
     {"--json", 0, "bench"},
+    {"--latent", 1, "bench"},
+    {"--rope-dim", 1, "bench"},
+    {"--model-dim", 1, "bench"},
+    {"--q-rank", 1, "bench"},
 };
 
 static int usage_error(const char *command, const char *fmt, const char *what)
@@ -228,6 +234,18 @@ static int apply_option(Options *o, const char *name, const char *value)
         return parse_int(cmd, name, value, 1, 100000, &o->reps);
     if (!strcmp(name, "--json"))
         return o->json = 1, FL_OK;
+    if (!strcmp(name, "--latent"))
+        return parse_int(cmd, name, value, 1, 1 << 16, &o->latent);
+    if (!strcmp(name, "--rope-dim")) {
+        int rc = parse_int(cmd, name, value, 2, 1 << 16, &o->rope_dim);
+        return rc == FL_OK && o->rope_dim % 2 ? usage_error(cmd, "--rope-dim must be even (rotated pairs), got %s",
+                                                            value)
+                                              : rc;
+    }
+    if (!strcmp(name, "--model-dim"))
+        return parse_int(cmd, name, value, 1, 1 << 20, &o->model_dim);
+    if (!strcmp(name, "--q-rank"))
+        return parse_int(cmd, name, value, 1, 1 << 20, &o->q_rank);
     return usage_error(cmd, "unknown option '%s'", name);
 }
 
@@ -323,6 +341,22 @@ static double attention_flops(const AttnProblem *p, Direction dir)
     else if (p->causal && p->Tq == p->Tk)
         f /= 2.0;
     return dir == DIR_BWD ? 3.5 * f : f;
+}
+
+/* FLOPs of one MLA step (stage 09), counted the absorbed way for both variants (the work the
+ * problem needs; the naive variant does more): the query projections and the W_uk fold, the
+ * attention over the latent cache (2·(m + p) per query-key pair for scores, 2·m for P·ckv, per
+ * head), the W_uv fold and the output projection. */
+static double mla_flops(const MlaProblem *p)
+{
+    AttnProblem causal = {0}; /* a window longer than Tk is the causal mask */
+    causal.Tq = p->Tq, causal.Tk = p->Tk, causal.window = p->Tk + 1;
+    const double tokens = (double)p->B * p->Tq;
+    const double pairs = p->B * (p->causal ? windowed_pairs(&causal) : (double)p->Tq * p->Tk);
+    const double project = (double)p->D * p->mq + (double)p->mq * p->H * (p->dh + p->p) +
+                           (double)p->H * p->dh * p->m + (double)p->H * p->m * p->dv +
+                           (double)p->H * p->dv * p->D;
+    return 2.0 * tokens * project + 2.0 * pairs * p->H * (2.0 * p->m + p->p);
 }
 
 static const char *impl_label(const StageImpl *impl, char *buf, size_t len)
@@ -568,6 +602,31 @@ static void print_case_header(const Case *c, Direction dir, const AttnProblem *p
         printf("    %s\n", c->description);
 }
 
+/* A run that did not complete: its message, and the status it adds to the tally. */
+static void tally_run_error(const Case *c, int rc, const FlError *err, CheckTally *tally)
+{
+    fprintf(stderr, "flashlab check: %s: %s\n", c->dir, err->msg);
+    tally->code = worse(tally->code, rc == FL_CHECK_FAILED ? FL_BAD_INPUT : rc);
+    if (rc != FL_UNSUPPORTED && rc != FL_NO_DEVICE)
+        tally->checked++;
+}
+
+static void tally_result(int failed_tensors, CheckTally *tally)
+{
+    tally->checked++;
+    if (failed_tensors == 0)
+        tally->passed++;
+    else
+        tally->code = worse(tally->code, FL_CHECK_FAILED);
+}
+
+static void print_hbm_line(const char *pass, const HbmCounter *c, size_t extra)
+{
+    char r[32], w[32], e[32];
+    printf("    hbm %s: read %s, written %s, extra %s\n", pass, human_bytes((double)c->bytes_read, r, 32),
+           human_bytes((double)c->bytes_written, w, 32), human_bytes((double)extra, e, 32));
+}
+
 /* Runs one loaded case and compares; explicit: the user named it (unsupported -> exit 3). */
 static void check_one_case(const Options *o, const StageImpl *impl, Case *c, int explicit,
                            CheckTally *tally)
@@ -598,38 +657,76 @@ static void check_one_case(const Options *o, const StageImpl *impl, Case *c, int
     if (rc == FL_OK)
         rc = runner_run(impl, dir, &p, &x.t, &ctx, &stats, &err);
     if (rc != FL_OK) {
-        fprintf(stderr, "flashlab check: %s: %s\n", c->dir, err.msg);
-        tally->code = worse(tally->code, rc == FL_CHECK_FAILED ? FL_BAD_INPUT : rc);
-        if (rc != FL_UNSUPPORTED && rc != FL_NO_DEVICE)
-            tally->checked++;
+        tally_run_error(c, rc, &err, tally);
         outputs_free(&x);
         return;
     }
     print_case_header(c, dir, &p, o->verbose);
     if (o->verbose) {
-        char r[32], w[32], e[32];
-        printf("    hbm fwd: read %s, written %s, extra %s\n", human_bytes((double)stats.fwd.bytes_read, r, 32),
-               human_bytes((double)stats.fwd.bytes_written, w, 32), human_bytes((double)stats.extra_bytes_fwd, e, 32));
+        print_hbm_line("fwd", &stats.fwd, stats.extra_bytes_fwd);
         if (dir == DIR_BWD)
-            printf("    hbm bwd: read %s, written %s, extra %s\n", human_bytes((double)stats.bwd.bytes_read, r, 32),
-                   human_bytes((double)stats.bwd.bytes_written, w, 32), human_bytes((double)stats.extra_bytes_bwd, e, 32));
+            print_hbm_line("bwd", &stats.bwd, stats.extra_bytes_bwd);
     }
     double max_err;
-    int failed = compare_outputs(c, &x, 1, &max_err);
-    tally->checked++;
-    if (failed == 0)
-        tally->passed++;
-    else
-        tally->code = worse(tally->code, FL_CHECK_FAILED);
+    tally_result(compare_outputs(c, &x, 1, &max_err), tally);
     outputs_free(&x);
+}
+
+/* ---- MLA cases (stage 09): one output, y ---- */
+
+static int mla_y_alloc(const MlaProblem *p, Tensor *y, FlError *err)
+{
+    int64_t shape[4];
+    int ndim = mla_shape(p, MLA_INPUT_COUNT, shape);
+    memset(y, 0, sizeof *y);
+    if (tensor_alloc_poisoned(y, ndim, shape) != 0)
+        return fl_fail(err, FL_BAD_INPUT, "out of memory allocating y (%zu floats)", mla_numel(p, MLA_INPUT_COUNT));
+    return FL_OK;
+}
+
+/* Compares y with the case's y.npy; returns 1 if it fails. print: the check_print line. */
+static int compare_mla(const Case *c, const Tensor *y, int print, double *max_err)
+{
+    CheckResult r;
+    check_tensor(y, &c->mla_y, CHECK_TOL_FWD, CHECK_TOL_FWD, &r); /* shapes agree: both from c->mla */
+    if (print)
+        check_print(stdout, "    y.npy", y, &r);
+    *max_err = r.max_abs_err;
+    return r.mismatches != 0;
+}
+
+static void check_one_mla_case(const Options *o, const StageImpl *impl, Case *c, CheckTally *tally)
+{
+    const MlaProblem *p = &c->mla;
+    FlError err = {{0}};
+    Tensor y;
+    RunStats stats;
+    RunCtx ctx = run_ctx(o);
+    int rc = mla_y_alloc(p, &y, &err);
+    if (rc == FL_OK)
+        rc = runner_run_mla(impl, p, y.data, &ctx, &stats, &err);
+    if (rc != FL_OK) {
+        tally_run_error(c, rc, &err, tally);
+        tensor_free(&y);
+        return;
+    }
+    printf("%s (mla): B=%d Tq=%d Tk=%d D=%d mq=%d H=%d dh=%d m=%d p=%d dv=%d%s\n", c->name, p->B, p->Tq,
+           p->Tk, p->D, p->mq, p->H, p->dh, p->m, p->p, p->dv, p->causal ? " causal" : "");
+    if (o->verbose && c->description[0])
+        printf("    %s\n", c->description);
+    if (o->verbose)
+        print_hbm_line("fwd", &stats.fwd, stats.extra_bytes_fwd);
+    double max_err;
+    tally_result(compare_mla(c, &y, 1, &max_err), tally);
+    tensor_free(&y);
 }
 
 static int check_case_dir(const Options *o, const StageImpl *impl, const char *dir, int explicit,
                           CheckTally *tally)
 {
-    if (!explicit && !file_exists(dir, "q.npy")) {
+    if (!explicit && !file_exists(dir, "q.npy") && !file_exists(dir, "ckv.npy")) {
         if (o->verbose)
-            printf("%s: skipped (no q.npy: not an attention case)\n", dir);
+            printf("%s: skipped (no q.npy or ckv.npy: not a case)\n", dir);
         return FL_OK;
     }
     Case c;
@@ -640,7 +737,16 @@ static int check_case_dir(const Options *o, const StageImpl *impl, const char *d
         tally->code = worse(tally->code, rc);
         return rc;
     }
-    check_one_case(o, impl, &c, explicit, tally);
+    const int stage_mla = impl->mla_forward != NULL;
+    if (c.is_mla != stage_mla && !explicit) { /* MLA cases belong to stage 09, the others not */
+        if (o->verbose)
+            printf("%s: skipped (%s case)\n", c.name, c.is_mla ? "an MLA" : "not an MLA");
+        tally->skipped++;
+    } else if (c.is_mla) {
+        check_one_mla_case(o, impl, &c, tally);
+    } else {
+        check_one_case(o, impl, &c, explicit, tally);
+    }
     case_free(&c);
     return FL_OK;
 }
@@ -723,9 +829,10 @@ static int make_dirs(const char *path, int *created_last, FlError *err)
     return FL_OK;
 }
 
-/* Writes every output; on any failure removes the files already written (and the folder, when
- * this call created it), so no half result is left behind. */
-static int write_outputs(const char *out_dir, const Outputs *x, FlError *err)
+/* Writes n tensors as DIR/names[i]; on any failure removes the files already written (and the
+ * folder, when this call created it), so no half result is left behind. */
+static int write_tensors(const char *out_dir, const char *const *names, const Tensor *const *tensors,
+                         int n, FlError *err)
 {
     int created;
     int rc = make_dirs(out_dir, &created, err);
@@ -733,11 +840,9 @@ static int write_outputs(const char *out_dir, const Outputs *x, FlError *err)
         return rc;
     char written[OUT_COUNT][4096];
     int nwritten = 0;
-    for (int id = 0; id < OUT_COUNT && rc == FL_OK; id++) {
-        if (!x->out[id].data)
-            continue;
-        snprintf(written[nwritten], sizeof written[0], "%s/%s", out_dir, output_file_name((OutputId)id));
-        rc = npy_write(written[nwritten], &x->out[id], err);
+    for (int i = 0; i < n && i < OUT_COUNT && rc == FL_OK; i++) {
+        snprintf(written[nwritten], sizeof written[0], "%s/%s", out_dir, names[i]);
+        rc = npy_write(written[nwritten], tensors[i], err);
         if (rc == FL_OK)
             nwritten++;
     }
@@ -751,6 +856,46 @@ static int write_outputs(const char *out_dir, const Outputs *x, FlError *err)
     for (int i = 0; i < nwritten; i++)
         printf("wrote %s\n", written[i]);
     return FL_OK;
+}
+
+/* Every output the run produced. */
+static int write_outputs(const char *out_dir, const Outputs *x, FlError *err)
+{
+    const char *names[OUT_COUNT];
+    const Tensor *tensors[OUT_COUNT];
+    int n = 0;
+    for (int id = 0; id < OUT_COUNT; id++)
+        if (x->out[id].data) {
+            names[n] = output_file_name((OutputId)id);
+            tensors[n++] = &x->out[id];
+        }
+    return write_tensors(out_dir, names, tensors, n, err);
+}
+
+/* flashlab run on an MLA case: y.npy. */
+static int run_mla_case(const Options *o, const StageImpl *impl, const Case *c)
+{
+    FlError err = {{0}};
+    Tensor y;
+    RunCtx ctx = run_ctx(o);
+    const char *name = mla_file_name(MLA_INPUT_COUNT);
+    const Tensor *out = &y;
+    int rc = o->direction == DIR_BWD
+                 ? fl_fail(&err, FL_UNSUPPORTED, "stage %s: MLA cases have no backward pass (--direction bwd)",
+                           impl->stage)
+                 : mla_y_alloc(&c->mla, &y, &err);
+    if (rc == FL_OK)
+        rc = runner_run_mla(impl, &c->mla, y.data, &ctx, NULL, &err);
+    if (rc == FL_OK)
+        rc = write_tensors(o->out_dir, &name, &out, 1, &err);
+    if (rc != FL_OK) {
+        if (rc == FL_NO_DEVICE)
+            printf("no CUDA device: skipped\n");
+        fprintf(stderr, "flashlab run: %s\n", err.msg);
+    }
+    if (o->direction != DIR_BWD)
+        tensor_free(&y);
+    return rc == FL_CHECK_FAILED ? FL_BAD_INPUT : rc;
 }
 
 static int cmd_run(Options *o)
@@ -770,6 +915,11 @@ static int cmd_run(Options *o)
     rc = case_load(o->positional[1], 0, &c, &err);
     if (rc != FL_OK) {
         fprintf(stderr, "flashlab run: %s\n", err.msg);
+        return rc;
+    }
+    if (c.is_mla) {
+        rc = run_mla_case(o, impl, &c);
+        case_free(&c);
         return rc;
     }
     if (o->direction == DIR_BWD && (!c.problem.dout || !has_backward(impl))) {
@@ -857,6 +1007,49 @@ static int tour_row(const Options *o, const StageImpl *impl, const Case *c)
     return failed != 0;
 }
 
+/* A tour row of an MLA stage (09), on the MLA tour case. Returns 1 if the row failed. */
+static int tour_mla_row(const StageImpl *impl, const Case *c, const RunCtx *ctx)
+{
+    char dev[48], err_s[32], r[32], w[32], e[32];
+    printf("%-5s  %-12s  ", impl->stage, impl_label(impl, dev, sizeof dev));
+    if (impl->device == DEVICE_CUDA && !cuda_device_available()) {
+        printf("skipped (no CUDA device)  %s\n", impl->lesson);
+        return 0;
+    }
+    FlError err = {{0}};
+    Tensor y;
+    RunStats stats;
+    double max_err = 0.0, ms = 0.0;
+    int rc = mla_y_alloc(&c->mla, &y, &err);
+    if (rc == FL_OK)
+        rc = runner_run_mla(impl, &c->mla, y.data, ctx, &stats, &err);
+    int failed = rc == FL_OK ? compare_mla(c, &y, 0, &max_err) : 0;
+    tensor_free(&y);
+    if (rc == FL_OK)
+        rc = runner_time_mla(impl, &c->mla, ctx, 1, TOUR_REPS, &ms, &err);
+    if (rc != FL_OK) {
+        printf("FAIL  error: %s\n", err.msg);
+        return 1;
+    }
+    snprintf(err_s, sizeof err_s, "%.1e", max_err);
+    printf("%-7s  %-4s  %-8s  %9s  %9s  %9s  %9.3f  %8.2f  %s (%s)\n", "mla", failed ? "FAIL" : "pass", err_s,
+           human_bytes((double)stats.fwd.bytes_read, r, sizeof r), human_bytes((double)stats.fwd.bytes_written, w, sizeof w),
+           human_bytes((double)stats.extra_bytes_fwd, e, sizeof e), ms, mla_flops(&c->mla) / (ms * 1e6),
+           impl->lesson, TOUR_MLA_CASE);
+    return failed;
+}
+
+static int tour_load(const char *name, Case *c)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/%s", golden_dir(), name);
+    FlError err = {{0}};
+    int rc = case_load(dir, 1, c, &err);
+    if (rc != FL_OK)
+        fprintf(stderr, "flashlab tour: %s\n", err.msg);
+    return rc;
+}
+
 static int cmd_tour(Options *o)
 {
     if (o->npositional > 0)
@@ -865,32 +1058,36 @@ static int cmd_tour(Options *o)
         printf("no CUDA device: skipped (cuda: %s)\n", cuda_device_description());
         return FL_NO_DEVICE;
     }
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/tour", golden_dir());
-    Case c;
-    FlError err = {{0}};
-    int rc = case_load(dir, 1, &c, &err);
+    Case c, mla;
+    int rc = tour_load("tour", &c);
+    if (rc != FL_OK)
+        return rc;
+    rc = tour_load(TOUR_MLA_CASE, &mla);
     if (rc != FL_OK) {
-        fprintf(stderr, "flashlab tour: %s\n", err.msg);
+        case_free(&c);
         return rc;
     }
     const AttnProblem *p = &c.problem;
-    printf("tour case %s: B=%d Hq=%d Hkv=%d Tq=%d Tk=%d d=%d dv=%d%s%s\n", dir, p->B, p->Hq, p->Hkv, p->Tq,
-           p->Tk, p->d, p->dv, p->causal ? " causal" : "", p->dout ? ", with dO" : "");
+    printf("tour case %s/tour: B=%d Hq=%d Hkv=%d Tq=%d Tk=%d d=%d dv=%d%s%s\n", golden_dir(), p->B, p->Hq,
+           p->Hkv, p->Tq, p->Tk, p->d, p->dv, p->causal ? " causal" : "", p->dout ? ", with dO" : "");
     printf("HBM read/written and extra memory: forward pass (a 'bwd' line below a row: the backward pass);\n"
            "time: median of %d runs of the forward (on a 'bwd' line: forward + backward); "
-           "SRAM M = %zu bytes for the tiled CPU stages\n\n", TOUR_REPS, run_ctx(o).sram_bytes);
+           "SRAM M = %zu bytes for the tiled CPU stages;\n"
+           "stage 09 (MLA) rows run the MLA case %s instead ('mla' in the checked column)\n\n",
+           TOUR_REPS, run_ctx(o).sram_bytes, TOUR_MLA_CASE);
     printf("%-5s  %-12s  %-7s  %-4s  %-8s  %9s  %9s  %9s  %9s  %8s  %s\n", "stage", "device", "checked", "ok?",
            "max err", "HBM read", "HBM write", "extra mem", "time ms", "GFLOP/s", "lesson");
     const StageImpl *const *all = stage_registry();
     int rows = 0, failed = 0;
+    RunCtx ctx = run_ctx(o);
     for (int i = 0; all[i]; i++) {
         if (!o->device_all && all[i]->device != o->device)
             continue;
-        failed += tour_row(o, all[i], &c);
+        failed += all[i]->mla_forward ? tour_mla_row(all[i], &mla, &ctx) : tour_row(o, all[i], &c);
         rows++;
     }
     case_free(&c);
+    case_free(&mla);
     if (rows == 0) {
         fprintf(stderr, "flashlab tour: no stages in this build for this device: nothing ran\n");
         return FL_BAD_INPUT;
@@ -968,6 +1165,8 @@ static void json_string(const char *s)
 typedef struct {
     const StageImpl *impl;
     AttnProblem p;
+    int mla;        /* an MLA row (stage 09): mp holds the sizes, p is unused */
+    MlaProblem mp;
     Direction dir;
     double ms, flops;
     uint64_t read, written;       /* HBM bytes of what was timed (forward + backward for bwd) */
@@ -976,10 +1175,30 @@ typedef struct {
     const char *error;
 } BenchRow;
 
+/* An MLA row prints the MLA sizes where an attention row has its problem. */
+static void bench_print_mla_sizes(const Options *o, const BenchRow *row, int first)
+{
+    const MlaProblem *p = &row->mp;
+    char dev[48];
+    if (o->json)
+        printf("%s\n  {\"stage\": \"%s\", \"name\": \"%s\", \"variant\": \"%s\", \"device\": \"%s\", "
+               "\"direction\": \"fwd\", \"B\": %d, \"Hq\": %d, \"Hkv\": 1, \"Tq\": %d, \"Tk\": %d, \"d\": %d, "
+               "\"dv\": %d, \"causal\": %s, \"mla\": {\"D\": %d, \"mq\": %d, \"m\": %d, \"p\": %d}, "
+               "\"flops\": %.0f, ",
+               first ? "" : ",", row->impl->stage, row->impl->name, row->impl->variant,
+               device_name(row->impl->device), p->B, p->H, p->Tq, p->Tk, p->dh, p->dv,
+               p->causal ? "true" : "false", p->D, p->mq, p->m, p->p, row->flops);
+    else
+        printf("%-5s  %-12s  %-3s  %3d  %3d  %3s  %6d  %6d  %4d  ", row->impl->stage,
+               impl_label(row->impl, dev, sizeof dev), "mla", p->B, p->H, "-", p->Tq, p->Tk, p->dh);
+}
+
 static void bench_print_row(const Options *o, const BenchRow *row, int first)
 {
     const AttnProblem *p = &row->p;
-    if (o->json) {
+    if (row->mla)
+        bench_print_mla_sizes(o, row, first);
+    else if (o->json)
         printf("%s\n  {\"stage\": \"%s\", \"name\": \"%s\", \"variant\": \"%s\", \"device\": \"%s\", "
                "\"direction\": \"%s\", \"B\": %d, \"Hq\": %d, \"Hkv\": %d, \"Tq\": %d, \"Tk\": %d, \"d\": %d, "
                "\"dv\": %d, \"causal\": %s, \"window\": %d, \"sink_tokens\": %d, \"sinks\": %s, "
@@ -988,6 +1207,7 @@ static void bench_print_row(const Options *o, const BenchRow *row, int first)
                device_name(row->impl->device), row->dir == DIR_BWD ? "bwd" : "fwd", p->B, p->Hq, p->Hkv, p->Tq,
                p->Tk, p->d, p->dv, p->causal ? "true" : "false", p->window, p->sink_tokens,
                o->sinks ? "true" : "false", row->flops);
+    if (o->json) {
         if (row->error) {
             printf("\"error\": ");
             json_string(row->error);
@@ -1003,9 +1223,10 @@ static void bench_print_row(const Options *o, const BenchRow *row, int first)
         return;
     }
     char dev[48], r[32], w[32], e[32];
-    printf("%-5s  %-12s  %-3s  %3d  %3d  %3d  %6d  %6d  %4d  ", row->impl->stage,
-           impl_label(row->impl, dev, sizeof dev), row->dir == DIR_BWD ? "bwd" : "fwd", p->B, p->Hq, p->Hkv,
-           p->Tq, p->Tk, p->d);
+    if (!row->mla)
+        printf("%-5s  %-12s  %-3s  %3d  %3d  %3d  %6d  %6d  %4d  ", row->impl->stage,
+               impl_label(row->impl, dev, sizeof dev), row->dir == DIR_BWD ? "bwd" : "fwd", p->B, p->Hq,
+               p->Hkv, p->Tq, p->Tk, p->d);
     if (row->error) {
         printf("%s\n", row->error);
         return;
@@ -1045,6 +1266,67 @@ static int bench_one(const Options *o, const StageImpl *impl, int T, int d, Benc
     }
     bench_inputs_free(&in);
     row->p.q = row->p.k = row->p.v = row->p.dout = row->p.sinks = NULL;
+    return rc;
+}
+
+/* Seeded MLA inputs (stage 09): x, ckv, kpe ~ N(0, 1), each weight ~ N(0, 1/fan-in), with
+ * B, H, Tq (default T: prefill), Tk = T, dh = dv = d and m, p, D, mq from --latent, --rope-dim,
+ * --model-dim, --q-rank (default DeepSeek-V2's 512, 64, 5120, 1536). */
+static int bench_mla_inputs(const Options *o, int T, int d, Tensor in[MLA_INPUT_COUNT], MlaProblem *p)
+{
+    memset(p, 0, sizeof *p);
+    p->B = o->B, p->H = o->H, p->Tq = o->Tq > 0 ? o->Tq : T, p->Tk = T, p->dh = p->dv = d;
+    p->m = o->latent ? o->latent : 512, p->p = o->rope_dim ? o->rope_dim : 64;
+    p->D = o->model_dim ? o->model_dim : 5120, p->mq = o->q_rank ? o->q_rank : 1536;
+    p->causal = o->causal, p->rope_theta = 10000.0f;
+    p->scale = 1.0f / sqrtf((float)(p->dh + p->p));
+    const int fan_in[MLA_INPUT_COUNT] = {1, 1, 1, p->D, p->mq, p->mq, p->m, p->m, p->H * p->dv};
+    Rng rng;
+    rng_seed(&rng, BENCH_SEED + (uint64_t)T * 131u + (uint64_t)d);
+    for (int id = 0; id < MLA_INPUT_COUNT; id++) {
+        int64_t shape[4];
+        int ndim = mla_shape(p, id, shape);
+        if (tensor_alloc_poisoned(&in[id], ndim, shape) != 0) {
+            for (int j = 0; j < id; j++)
+                tensor_free(&in[j]);
+            return -1;
+        }
+        rng_fill_normal(&rng, in[id].data, tensor_numel(&in[id]), 1.0f / sqrtf((float)fan_in[id]));
+        p->in[id] = in[id].data;
+    }
+    return 0;
+}
+
+/* Counting run + timed run of one MLA implementation (stage 09). */
+static int bench_mla_one(const Options *o, const StageImpl *impl, int T, int d, BenchRow *row, FlError *err)
+{
+    memset(row, 0, sizeof *row);
+    row->impl = impl, row->mla = 1, row->dir = DIR_FWD;
+    Tensor in[MLA_INPUT_COUNT];
+    memset(in, 0, sizeof in);
+    if (bench_mla_inputs(o, T, d, in, &row->mp) != 0)
+        return fl_fail(err, FL_BAD_INPUT, "out of memory for MLA inputs of T=%d d=%d", T, d);
+    row->flops = mla_flops(&row->mp);
+    Tensor y;
+    RunStats stats;
+    RunCtx ctx = run_ctx(o);
+    int rc = row->mp.Tq > row->mp.Tk ? fl_fail(err, FL_BAD_INPUT, "--Tq %d > --T %d: the cache holds the new tokens",
+                                               row->mp.Tq, row->mp.Tk)
+                                     : mla_y_alloc(&row->mp, &y, err);
+    if (rc == FL_OK) {
+        rc = runner_run_mla(impl, &row->mp, y.data, &ctx, &stats, err);
+        tensor_free(&y);
+    }
+    if (rc == FL_OK)
+        rc = runner_time_mla(impl, &row->mp, &ctx, 1, o->reps, &row->ms, err);
+    if (rc == FL_OK) {
+        row->read = stats.fwd.bytes_read, row->written = stats.fwd.bytes_written;
+        row->extra = stats.extra_bytes_fwd;
+    }
+    for (int id = 0; id < MLA_INPUT_COUNT; id++) {
+        tensor_free(&in[id]);
+        row->mp.in[id] = NULL;
+    }
     return rc;
 }
 
@@ -1124,7 +1406,9 @@ static int cmd_bench(Options *o)
                     printf("%-5s  %-12s  %-3s  %3s  %3s  %3s  %6s  %6s  %4s  %10s  %9s  %9s  %9s  %9s\n", "stage",
                            "device", "dir", "B", "Hq", "Hkv", "Tq", "Tk", "d", "time ms", cuda ? "TFLOP/s" : "GFLOP/s", "HBM read",
                            "HBM write", "extra mem");
-                int status = bench_one(o, chosen[s], o->T.values[ti], o->d.values[di], &row, &err);
+                int status = chosen[s]->mla_forward
+                                 ? bench_mla_one(o, chosen[s], o->T.values[ti], o->d.values[di], &row, &err)
+                                 : bench_one(o, chosen[s], o->T.values[ti], o->d.values[di], &row, &err);
                 if (status != FL_OK) {
                     row.error = err.msg;
                     errors += status != FL_UNSUPPORTED;

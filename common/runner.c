@@ -105,6 +105,18 @@ static int run_pass(const StageImpl *impl, Direction dir, const AttnProblem *p, 
     return rc;
 }
 
+/* FL_OK when impl runs this kind of problem (attention: a forward entry; MLA: an MLA entry). */
+static int check_kind(const StageImpl *impl, int mla, FlError *err)
+{
+    if (mla ? impl->mla_forward != NULL : impl->forward != NULL)
+        return FL_OK;
+    if (mla)
+        return fl_fail(err, FL_UNSUPPORTED, "stage %s (%s, %s) does not run MLA cases; stage %s does",
+                       impl->stage, impl->name, device_name(impl->device), attn_feature_added_by(FEAT_MLA));
+    return fl_fail(err, FL_UNSUPPORTED, "stage %s (%s, %s) runs MLA cases only (ckv.npy, x.npy, ...), "
+                   "not q/k/v attention cases", impl->stage, impl->name, device_name(impl->device));
+}
+
 int runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnTensors *t,
                const RunCtx *opts, RunStats *stats, FlError *err)
 {
@@ -112,7 +124,9 @@ int runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnT
     if (!stats)
         stats = &local;
     memset(stats, 0, sizeof *stats);
-    int rc = check_features(impl, dir, p, err);
+    int rc = check_kind(impl, 0, err);
+    if (rc == FL_OK)
+        rc = check_features(impl, dir, p, err);
     if (rc != FL_OK)
         return rc;
     if (impl->device == DEVICE_CUDA)
@@ -174,6 +188,40 @@ static int timed_run(const StageImpl *impl, Direction dir, const AttnProblem *p,
     return rc;
 }
 
+/* Median of reps timed calls of once(arg) after warmup untimed ones (CPU clock). */
+static int time_calls(int (*once)(void *arg, FlError *err), void *arg, int warmup, int reps,
+                      double *median, FlError *err)
+{
+    double *samples = malloc(sizeof(double) * (size_t)reps);
+    if (!samples)
+        return fl_fail(err, FL_BAD_INPUT, "out of memory for %d timing samples", reps);
+    int rc = FL_OK;
+    for (int i = 0; rc == FL_OK && i < warmup + reps; i++) {
+        double start = timer_now_ms();
+        rc = once(arg, err);
+        if (i >= warmup)
+            samples[i - warmup] = timer_now_ms() - start;
+    }
+    if (rc == FL_OK)
+        *median = median_ms(samples, reps);
+    free(samples);
+    return rc;
+}
+
+typedef struct {
+    const StageImpl *impl;
+    Direction dir;
+    const AttnProblem *p;
+    AttnTensors *t;
+    RunCtx *ctx;
+} AttnCall;
+
+static int attn_call(void *arg, FlError *err)
+{
+    AttnCall *a = arg;
+    return timed_run(a->impl, a->dir, a->p, a->t, a->ctx, err);
+}
+
 static int time_cpu(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *opts,
                     int warmup, int reps, double *median, FlError *err)
 {
@@ -183,21 +231,11 @@ static int time_cpu(const StageImpl *impl, Direction dir, const AttnProblem *p, 
     if (rc != FL_OK)
         return rc;
     RunCtx ctx = ctx_with_defaults(opts);
-    double *samples = malloc(sizeof(double) * (size_t)reps);
-    if (!samples)
-        rc = fl_fail(err, FL_BAD_INPUT, "out of memory for %d timing samples", reps);
+    rc = workspace_alloc(impl, timed_workspace_size(impl, p, &ctx, dir), &ctx.workspace, err);
+    AttnCall call = {impl, dir, p, &t, &ctx};
     if (rc == FL_OK)
-        rc = workspace_alloc(impl, timed_workspace_size(impl, p, &ctx, dir), &ctx.workspace, err);
-    for (int i = 0; rc == FL_OK && i < warmup + reps; i++) {
-        double start = timer_now_ms();
-        rc = timed_run(impl, dir, p, &t, &ctx, err);
-        if (i >= warmup)
-            samples[i - warmup] = timer_now_ms() - start;
-    }
-    if (rc == FL_OK)
-        *median = median_ms(samples, reps);
+        rc = time_calls(attn_call, &call, warmup, reps, median, err);
     free(ctx.workspace);
-    free(samples);
     free_outputs(out);
     return rc;
 }
@@ -211,10 +249,78 @@ int runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, cons
     if (dir == DIR_BWD && (!p->dout || !impl->backward))
         return fl_fail(err, FL_BAD_INPUT, "stage %s (%s): timing the backward pass needs dO and a backward",
                        impl->stage, impl->name);
-    int rc = check_features(impl, dir, p, err);
+    int rc = check_kind(impl, 0, err);
+    if (rc == FL_OK)
+        rc = check_features(impl, dir, p, err);
     if (rc != FL_OK)
         return rc;
     if (impl->device == DEVICE_CUDA)
         return cuda_runner_time(impl, dir, p, opts, warmup, reps, median, err);
     return time_cpu(impl, dir, p, opts, warmup, reps, median, err);
+}
+
+/* ---- MLA (stage 09) ------------------------------------------------------------------------- */
+
+static size_t mla_workspace_size(const StageImpl *impl, const MlaProblem *p, const RunCtx *ctx)
+{
+    return impl->mla_workspace_bytes ? impl->mla_workspace_bytes(p, ctx) : 0;
+}
+
+int runner_run_mla(const StageImpl *impl, const MlaProblem *p, float *y, const RunCtx *opts,
+                   RunStats *stats, FlError *err)
+{
+    RunStats local = {0};
+    if (!stats)
+        stats = &local;
+    memset(stats, 0, sizeof *stats);
+    int rc = check_kind(impl, 1, err);
+    if (rc != FL_OK)
+        return rc;
+    if (impl->device == DEVICE_CUDA)
+        return cuda_runner_run_mla(impl, p, y, opts, stats, err);
+    RunCtx ctx = ctx_with_defaults(opts);
+    stats->extra_bytes_fwd = mla_workspace_size(impl, p, &ctx);
+    rc = workspace_alloc(impl, stats->extra_bytes_fwd, &ctx.workspace, err);
+    ctx.hbm = &stats->fwd;
+    if (rc == FL_OK)
+        rc = impl->mla_forward(p, y, &ctx, err);
+    free(ctx.workspace);
+    return rc;
+}
+
+typedef struct {
+    const StageImpl *impl;
+    const MlaProblem *p;
+    float *y;
+    RunCtx *ctx;
+} MlaCall;
+
+static int mla_call(void *arg, FlError *err)
+{
+    MlaCall *a = arg;
+    return a->impl->mla_forward(a->p, a->y, a->ctx, err);
+}
+
+int runner_time_mla(const StageImpl *impl, const MlaProblem *p, const RunCtx *opts, int warmup,
+                    int reps, double *median, FlError *err)
+{
+    if (reps < 1 || warmup < 0)
+        return fl_fail(err, FL_BAD_INPUT, "runner_time_mla: need reps >= 1 and warmup >= 0 (got %d, %d)",
+                       reps, warmup);
+    int rc = check_kind(impl, 1, err);
+    if (rc != FL_OK)
+        return rc;
+    if (impl->device == DEVICE_CUDA)
+        return cuda_runner_time_mla(impl, p, opts, warmup, reps, median, err);
+    RunCtx ctx = ctx_with_defaults(opts);
+    float *y = malloc(mla_numel(p, MLA_INPUT_COUNT) * sizeof(float));
+    if (!y)
+        return fl_fail(err, FL_BAD_INPUT, "out of memory allocating y for timing");
+    rc = workspace_alloc(impl, mla_workspace_size(impl, p, &ctx), &ctx.workspace, err);
+    MlaCall call = {impl, p, y, &ctx};
+    if (rc == FL_OK)
+        rc = time_calls(mla_call, &call, warmup, reps, median, err);
+    free(ctx.workspace);
+    free(y);
+    return rc;
 }

@@ -39,6 +39,15 @@ int runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnT
 int runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *opts,
                 int warmup, int reps, double *median, FlError *err);
 
+/* Stage 09: one MLA step (MlaProblem, attn.h) into y (B, Tq, D), host memory, allocated by the
+ * caller; stats->fwd gets the counts and extra_bytes_fwd the workspace. FL_UNSUPPORTED when impl
+ * has no MLA entry. */
+int runner_run_mla(const StageImpl *impl, const MlaProblem *p, float *y, const RunCtx *opts,
+                   RunStats *stats, FlError *err);
+/* Median wall time in ms of reps timed MLA steps after warmup ones, counting off (as runner_time). */
+int runner_time_mla(const StageImpl *impl, const MlaProblem *p, const RunCtx *opts, int warmup,
+                    int reps, double *median, FlError *err);
+
 /* CUDA side (common/cuda_runner.cu, or common/cuda_runner_none.c when built without CUDA). */
 int cuda_device_available(void); /* 1 if a usable CUDA device exists; any error counts as none */
 const char *cuda_device_description(void); /* e.g. "NVIDIA H100 80GB HBM3 (sm_90)" or "none" */
@@ -46,6 +55,10 @@ int cuda_runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, 
                     const RunCtx *opts, RunStats *stats, FlError *err);
 int cuda_runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *opts,
                      int warmup, int reps, double *median, FlError *err);
+int cuda_runner_run_mla(const StageImpl *impl, const MlaProblem *p, float *y, const RunCtx *opts,
+                        RunStats *stats, FlError *err);
+int cuda_runner_time_mla(const StageImpl *impl, const MlaProblem *p, const RunCtx *opts, int warmup,
+                         int reps, double *median, FlError *err);
 
 #ifdef __cplusplus
 }

@@ -7,8 +7,12 @@ Writes the golden case folders of DESIGN section 4:
     python golden/make_golden.py --selftest      # gradients vs central finite differences
     python golden/make_golden.py --list          # markdown table of the cases (for README.md)
 
-Each case folder holds case.json, the inputs q/k/v.npy (+ do.npy, sinks.npy) and the expected
-outputs o/lse.npy (+ dq/dk/dv.npy with do.npy, + dsinks.npy with sinks.npy).
+Each attention case folder holds case.json, the inputs q/k/v.npy (+ do.npy, sinks.npy) and the
+expected outputs o/lse.npy (+ dq/dk/dv.npy with do.npy, + dsinks.npy with sinks.npy).
+
+The MLA cases of stage 09 (names mla_*) hold case.json, the inputs x, ckv, kpe and the six weight
+matrices w_dq, w_uq, w_qr, w_uk, w_uv, w_o (.npy), and the expected output y.npy (see
+`mla_reference`).
 
 How the numbers are made:
   * every case has its own fixed seed; inputs are drawn with numpy's default_rng, rounded to
@@ -17,7 +21,7 @@ How the numbers are made:
   * outputs are stored as little-endian float32 in C order.
 
 The conventions (docs/conventions.md) live in one function, `keep_mask`; everything else is the
-plain softmax-attention math on top of it. NumPy only.
+plain softmax-attention math on top of it (MLA adds `rope`). NumPy only.
 """
 
 import argparse
@@ -289,23 +293,157 @@ def case_json(c):
     return obj
 
 
-def write_case(c, out_dir):
+# ---------------------------------------------------------------------------------------------
+# MLA (stage 09): multi-head latent attention with a decoupled RoPE part, float64
+# ---------------------------------------------------------------------------------------------
+
+def rope(x, pos, theta):
+    """Rotary embedding, interleaved pairs: x (..., T, p) with p even, pos (T,) the positions.
+
+    Pair t < p/2 is (x[2t], x[2t+1]) and turns by the angle a = pos * theta**(-2t/p):
+        (x0, x1) -> (x0 cos a - x1 sin a,  x0 sin a + x1 cos a)"""
+    p = x.shape[-1]
+    assert p % 2 == 0, "the RoPE width p must be even"
+    freq = theta ** (-np.arange(0, p, 2, dtype=np.float64) / p)     # theta^(-2t/p)  (p/2,)
+    angle = np.asarray(pos, dtype=np.float64)[:, None] * freq[None, :]  # (T, p/2)
+    cos, sin = np.cos(angle), np.sin(angle)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2] = x0 * cos - x1 * sin
+    out[..., 1::2] = x0 * sin + x1 * cos
+    return out
+
+
+def mla_softmax(S, causal):
+    """Row softmax over the keys of S (B, H, Tq, Tk), with the bottom-right causal mask of
+    `keep_mask` when causal. With Tq <= Tk every row keeps at least key 0."""
+    Tq, Tk = S.shape[-2:]
+    keep = keep_mask(Tq, Tk, causal)
+    assert keep.any(axis=1).all(), "an MLA row sees no key (Tq > Tk?)"
+    S = np.where(keep, S, -np.inf)
+    E = np.exp(S - S.max(axis=-1, keepdims=True))      # masked keys: exp(-inf) = 0
+    return E / E.sum(axis=-1, keepdims=True)
+
+
+def mla_reference(x, ckv, kpe, w_dq, w_uq, w_qr, w_uk, w_uv, w_o, causal=True,
+                  rope_theta=10000.0):
+    """MLA forward, the naive way (every head's keys and values expanded from the latent cache).
+
+    x (B, Tq, D), ckv (B, Tk, m), kpe (B, Tk, p) (already rotated, shared by the heads),
+    w_dq (D, mq), w_uq (mq, H, dh), w_qr (mq, H, p), w_uk (m, H, dh), w_uv (m, H, dv),
+    w_o (H, dv, D). For batch b, head h, query row i, key j:
+        c_q[b,i]      = x[b,i] W_dq                      (no normalisation)
+        q_nope[b,h,i] = c_q[b,i] W_uq[:, h]              q_pe[b,h,i] = rope(c_q[b,i] W_qr[:, h])
+                                                         at position Tk - Tq + i
+        k_nope[b,h,j] = ckv[b,j] W_uk[:, h]              v[b,h,j] = ckv[b,j] W_uv[:, h]
+        s[b,h,i,j]    = (q_nope . k_nope + q_pe . kpe[b,j]) / sqrt(dh + p)
+        P = softmax_j(s) (bottom-right causal mask when causal);  o[b,h,i] = sum_j P v[b,h,j]
+        y[b,i]        = sum_h o[b,h,i] W_o[h]
+    Returns y (B, Tq, D)."""
+    Tq, Tk = x.shape[1], ckv.shape[1]
+    dh, p = w_uk.shape[2], kpe.shape[2]
+    c_q = x @ w_dq                                              # (B, Tq, mq)
+    q_nope = np.einsum("bic,chd->bhid", c_q, w_uq)              # (B, H, Tq, dh)
+    q_pe = rope(np.einsum("bic,chr->bhir", c_q, w_qr), np.arange(Tq) + (Tk - Tq), rope_theta)
+    k_nope = np.einsum("bjc,chd->bhjd", ckv, w_uk)              # (B, H, Tk, dh)
+    v = np.einsum("bjc,chd->bhjd", ckv, w_uv)                   # (B, H, Tk, dv)
+    S = (np.einsum("bhid,bhjd->bhij", q_nope, k_nope) +
+         np.einsum("bhir,bjr->bhij", q_pe, kpe)) / math.sqrt(dh + p)
+    o = np.einsum("bhij,bhjd->bhid", mla_softmax(S, causal), v)  # (B, H, Tq, dv)
+    return np.einsum("bhid,hdn->bin", o, w_o)
+
+
+def mla_case(name, seed, B, Tq, Tk, D, mq, H, dh, m, p, dv, causal=True, rope_theta=10000.0,
+             description=""):
+    assert min(B, Tq, Tk, D, mq, H, dh, m, p, dv) >= 1 and p % 2 == 0 and Tq <= Tk
+    return dict(name=name, seed=seed, B=B, Tq=Tq, Tk=Tk, D=D, mq=mq, H=H, dh=dh, m=m, p=p, dv=dv,
+                causal=bool(causal), rope_theta=float(rope_theta), description=description)
+
+
+MLA_CASES = [
+    mla_case("mla_decode_tq1", 901, B=2, Tq=1, Tk=37, D=48, mq=24, H=4, dh=16, m=32, p=8, dv=16,
+             description="MLA decode: one new token over a latent cache of 37, B=2"),
+    mla_case("mla_decode_tq2", 902, B=1, Tq=2, Tk=40, D=32, mq=16, H=8, dh=8, m=24, p=4, dv=12,
+             description="MLA decode of 2 tokens (causal between them), 8 heads, dh=8 != dv=12"),
+    mla_case("mla_decode_tq4", 903, B=2, Tq=4, Tk=33, D=40, mq=20, H=3, dh=12, m=20, p=6, dv=8,
+             rope_theta=500.0,
+             description="MLA decode of 4 tokens with rope_theta=500 (catches a hard-coded theta), "
+                         "p=6"),
+    mla_case("mla_prefill_t24", 904, B=1, Tq=24, Tk=24, D=32, mq=16, H=4, dh=16, m=32, p=8, dv=16,
+             description="MLA prefill: Tq=Tk=24, causal, RoPE positions 0..23"),
+    mla_case("mla_odd_sizes", 905, B=3, Tq=5, Tk=29, D=21, mq=11, H=5, dh=7, m=19, p=2, dv=9,
+             description="MLA with odd D, mq, H, dh, m, dv, Tq, Tk, the smallest RoPE width p=2, "
+                         "B=3"),
+    mla_case("mla_noncausal_tq_lt_tk", 906, B=2, Tq=6, Tk=17, D=24, mq=12, H=2, dh=8, m=16, p=4,
+             dv=24, causal=False,
+             description="MLA without a mask, Tq=6 < Tk=17 (RoPE positions still start at Tk-Tq), "
+                         "dv=24 > dh=8"),
+    mla_case("mla_wide", 907, B=1, Tq=2, Tk=20, D=16, mq=16, H=2, dh=16, m=160, p=16, dv=16,
+             description="MLA with a wide latent m=160: absorbed key width m+p=176 and value width "
+                         "160, both over 128"),
+]
+
+
+def mla_draw_inputs(c):
+    """Inputs for one MLA case, float32: x, ckv, kpe ~ N(0,1); each weight with fan-in f (the
+    length of the sum it feeds) ~ N(0, 1/f), so c_q, q, k and v have unit variance, so do the
+    scores after the 1/sqrt(dh + p) scale, and y is O(1)."""
+    rng = np.random.default_rng(c["seed"])
+    B, Tq, Tk, D, mq, H = c["B"], c["Tq"], c["Tk"], c["D"], c["mq"], c["H"]
+    dh, m, p, dv = c["dh"], c["m"], c["p"], c["dv"]
+
+    def f32(shape, fan_in=1):
+        return np.ascontiguousarray(rng.standard_normal(shape) / math.sqrt(fan_in), dtype="<f4")
+
+    return {
+        "x": f32((B, Tq, D)),
+        "ckv": f32((B, Tk, m)),
+        "kpe": f32((B, Tk, p)),
+        "w_dq": f32((D, mq), D),
+        "w_uq": f32((mq, H, dh), mq),
+        "w_qr": f32((mq, H, p), mq),
+        "w_uk": f32((m, H, dh), m),
+        "w_uv": f32((m, H, dv), m),
+        "w_o": f32((H, dv, D), H * dv),
+    }
+
+
+MLA_INPUTS = ("x", "ckv", "kpe", "w_dq", "w_uq", "w_qr", "w_uk", "w_uv", "w_o")
+
+
+def mla_reference_outputs(c, inputs):
+    """Expected output y (float64) for the float32 inputs of one MLA case."""
+    x = [inputs[name].astype(np.float64) for name in MLA_INPUTS]
+    return {"y": mla_reference(*x, causal=c["causal"], rope_theta=c["rope_theta"])}
+
+
+def mla_case_json(c):
+    return {"description": c["description"], "causal": c["causal"],
+            "rope_theta": c["rope_theta"]}
+
+
+def write_case(c, out_dir, mla=False):
+    """One case folder: an attention case, or an MLA case with mla=True."""
     folder = os.path.join(out_dir, c["name"])
     os.makedirs(folder, exist_ok=True)
-    inputs = draw_inputs(c)
-    outputs = reference_outputs(c, inputs)
+    if mla:
+        inputs = mla_draw_inputs(c)
+        outputs = mla_reference_outputs(c, inputs)
+    else:
+        inputs = draw_inputs(c)
+        outputs = reference_outputs(c, inputs)
     for name, arr in list(inputs.items()) + list(outputs.items()):
         assert not np.isnan(arr).any(), f"{c['name']}/{name}: NaN in the reference"
         np.save(os.path.join(folder, name + ".npy"), np.ascontiguousarray(arr, dtype="<f4"))
     with open(os.path.join(folder, "case.json"), "w") as f:
-        json.dump(case_json(c), f, indent=2)
+        json.dump(mla_case_json(c) if mla else case_json(c), f, indent=2)
         f.write("\n")
 
 
 def write_all(out_dir):
     os.makedirs(out_dir, exist_ok=True)
-    names = {c["name"] for c in CASES}
-    assert len(names) == len(CASES), "duplicate case name"
+    names = {c["name"] for c in CASES + MLA_CASES}
+    assert len(names) == len(CASES) + len(MLA_CASES), "duplicate case name"
     for entry in sorted(os.listdir(out_dir)):     # drop case folders no longer in the list
         path = os.path.join(out_dir, entry)
         if entry not in names and os.path.isfile(os.path.join(path, "case.json")):
@@ -313,7 +451,9 @@ def write_all(out_dir):
             shutil.rmtree(path)
     for c in CASES:
         write_case(c, out_dir)
-    print(f"wrote {len(CASES)} cases to {out_dir}")
+    for c in MLA_CASES:
+        write_case(c, out_dir, mla=True)
+    print(f"wrote {len(CASES)} attention and {len(MLA_CASES)} MLA cases to {out_dir}")
 
 
 def features(c):
@@ -339,6 +479,15 @@ def print_table():
     for c in CASES:
         print(f"| `{c['name']}` | {c['B']} | {c['Hq']} | {c['Hkv']} | {c['Tq']} | {c['Tk']} | "
               f"{c['d']} | {c['dv']} | {features(c)} | {'yes' if c['bwd'] else 'no'} |")
+    print()
+    print("| MLA case | B | Tq | Tk | D | mq | H | dh | m | p | dv | causal | rope_theta | "
+          "what it exercises |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for c in MLA_CASES:
+        sizes = " | ".join(str(c[k])
+                           for k in ("B", "Tq", "Tk", "D", "mq", "H", "dh", "m", "p", "dv"))
+        print(f"| `{c['name']}` | {sizes} | {'yes' if c['causal'] else 'no'} | "
+              f"{c['rope_theta']:g} | {c['description']} |")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -438,6 +587,80 @@ def selftest_one(label, rng, B, Hq, Hkv, Tq, Tk, d, dv, causal, window, sink_tok
     return worst <= 1e-6 and fwd_err <= 1e-12 and empty_ok and nan_free, worst
 
 
+def mla_absorbed(x, ckv, kpe, w_dq, w_uq, w_qr, w_uk, w_uv, w_o, causal=True,
+                 rope_theta=10000.0):
+    """MLA forward with W_uk and W_uv absorbed: attention runs on the latent cache itself
+    (c_q, q_nope and q_pe as in `mla_reference`).
+        q_lat[b,h,i] = q_nope[b,h,i] W_uk[:, h]^T                      (width m)
+        s[b,h,i,j]   = (q_lat . ckv[b,j] + q_pe . kpe[b,j]) / sqrt(dh + p)
+        o_lat[b,h,i] = sum_j P ckv[b,j]                                (width m)
+        o[b,h,i]     = o_lat[b,h,i] W_uv[:, h];   y[b,i] = sum_h o[b,h,i] W_o[h]
+    Exactly `mla_reference` by associativity: q_nope.(ckv W_uk) = (q_nope W_uk^T).ckv, and
+    sum_j P (ckv W_uv) = (sum_j P ckv) W_uv."""
+    Tq, Tk = x.shape[1], ckv.shape[1]
+    dh, p = w_uk.shape[2], kpe.shape[2]
+    c_q = x @ w_dq
+    q_nope = np.einsum("bic,chd->bhid", c_q, w_uq)
+    q_pe = rope(np.einsum("bic,chr->bhir", c_q, w_qr), np.arange(Tq) + (Tk - Tq), rope_theta)
+    q_lat = np.einsum("bhid,chd->bhic", q_nope, w_uk)           # (B, H, Tq, m)
+    S = (np.einsum("bhic,bjc->bhij", q_lat, ckv) +
+         np.einsum("bhir,bjr->bhij", q_pe, kpe)) / math.sqrt(dh + p)
+    o_lat = np.einsum("bhij,bjc->bhic", mla_softmax(S, causal), ckv)
+    o = np.einsum("bhic,chd->bhid", o_lat, w_uv)
+    return np.einsum("bhid,hdn->bin", o, w_o)
+
+
+def mla_loop(x, ckv, kpe, w_dq, w_uq, w_qr, w_uk, w_uv, w_o, causal, rope_theta):
+    """Row-by-row MLA written straight from the formulas (scalar RoPE, explicit causal test),
+    independent of `rope`, `keep_mask` and `mla_softmax`."""
+    B, Tq, D = x.shape
+    Tk, p = ckv.shape[1], kpe.shape[2]
+    H, dh = w_uq.shape[1], w_uq.shape[2]
+    scale = 1.0 / math.sqrt(dh + p)
+    y = np.zeros((B, Tq, D))
+    for b in range(B):
+        for i in range(Tq):
+            pos = Tk - Tq + i
+            c_q = x[b, i] @ w_dq
+            for h in range(H):
+                q_nope = c_q @ w_uq[:, h, :]
+                r = c_q @ w_qr[:, h, :]
+                q_pe = np.zeros(p)
+                for t in range(p // 2):
+                    a = pos * rope_theta ** (-2.0 * t / p)
+                    q_pe[2 * t] = r[2 * t] * math.cos(a) - r[2 * t + 1] * math.sin(a)
+                    q_pe[2 * t + 1] = r[2 * t] * math.sin(a) + r[2 * t + 1] * math.cos(a)
+                cols = [j for j in range(Tk) if not causal or j <= pos]
+                logits = [scale * float(q_nope @ (ckv[b, j] @ w_uk[:, h, :]) + q_pe @ kpe[b, j])
+                          for j in cols]
+                mx = max(logits)
+                z = sum(math.exp(s - mx) for s in logits)
+                o = sum(math.exp(s - mx) / z * (ckv[b, j] @ w_uv[:, h, :])
+                        for s, j in zip(logits, cols))
+                y[b, i] += o @ w_o[h]
+    return y
+
+
+def selftest_mla():
+    """Every MLA case's inputs (float32 values, in float64): the absorbed form and the row loop
+    must give the naive reference's y to 1e-10 relative (max |diff| / max |y|)."""
+    worst_abs, worst_loop = 0.0, 0.0
+    for c in MLA_CASES:
+        args = [mla_draw_inputs(c)[name].astype(np.float64) for name in MLA_INPUTS]
+        kw = dict(causal=c["causal"], rope_theta=c["rope_theta"])
+        y = mla_reference(*args, **kw)
+        scale = max(np.max(np.abs(y)), 1e-300)
+        rel_abs = np.max(np.abs(mla_absorbed(*args, **kw) - y)) / scale
+        rel_loop = np.max(np.abs(mla_loop(*args, **kw) - y)) / scale
+        worst_abs, worst_loop = max(worst_abs, rel_abs), max(worst_loop, rel_loop)
+        print(f"selftest {c['name']}: absorbed vs naive {rel_abs:.2e}, row loop vs naive "
+              f"{rel_loop:.2e} (max relative difference in y, max |y| = {scale:.3f})")
+    ok = worst_abs <= 1e-10 and worst_loop <= 1e-10
+    print(f"selftest MLA {'PASSED' if ok else 'FAILED'}: absorbed vs naive {worst_abs:.2e}, "
+          f"row loop vs naive {worst_loop:.2e} (limit 1e-10)")
+    return ok
+
+
 def selftest():
     rng = np.random.default_rng(12345)
     ok1, w1 = selftest_one("A", rng, B=2, Hq=4, Hkv=2, Tq=7, Tk=5, d=3, dv=2, causal=True,
@@ -451,7 +674,8 @@ def selftest():
     ok = ok1 and ok2 and ok3 and ok4
     print(f"selftest {'PASSED' if ok else 'FAILED'}: worst relative gradient error "
           f"{max(w1, w2, w3, w4):.2e} (limit 1e-6)")
-    return 0 if ok else 1
+    ok_mla = selftest_mla()
+    return 0 if ok and ok_mla else 1
 
 
 def main(argv=None):
