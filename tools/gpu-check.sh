@@ -20,6 +20,9 @@
 #   SANITIZE_STAGES=06    only these stages under compute-sanitizer (default: every CUDA stage)
 #   SKIP_CAUSAL=1         no causal bench / SDPA runs      SKIP_DECODE=1   no GQA decode bench
 #   SKIP_WINDOW=1         no sliding-window bench (stage 10: T scaling at W = 256, W >= T vs 08)
+#   SKIP_MLA=1            no MLA bench (stage 09: DeepSeek-V2 shape, decode B = 64 Tk = 4096 and
+#                         prefill T = 4096, both variants; plain MHA decode through stage 08; the
+#                         latent kernel's own time and DRAM bytes from Nsight Compute)
 #   DECODE_ARGS="--B 8 --H 32 --Hkv 8 --Tq 1 --T 16384 --d 128"   the decode problem
 #   REPS=10               timed runs per shape (flashlab and SDPA)
 # Exit status: 0 when every part that ran passed, else 1.
@@ -241,6 +244,34 @@ for direction in ("fwd", "bwd"):
             print("stage 10 %s, W = 4096 >= T = 4096, d = %d: %.3f ms; stage 08 causal %.3f ms: ratio %.3f"
                   % (label, d, f["time_ms"], c["time_ms"], f["time_ms"] / c["time_ms"]))
 PY
+fi
+
+if [ "${SKIP_MLA:-0}" != 1 ] && in_list 09 "$bench_stages"; then
+  MLA_DECODE=${MLA_DECODE:-"--B 64 --H 128 --Tq 1 --T 4096 --d 128"}
+  MLA_PREFILL=${MLA_PREFILL:-"--B 1 --H 128 --T 4096 --causal --d 128"}
+  step "MLA (stage 09, m = 512, p = 64, D = 5120, mq = 1536): decode $MLA_DECODE, prefill $MLA_PREFILL"
+  # shellcheck disable=SC2086
+  "$FLASHLAB" bench --device cuda --stages 09 $MLA_DECODE --causal --reps "$REPS" --json >"$OUT/mla_decode.json"
+  record "MLA decode bench" $?
+  # shellcheck disable=SC2086
+  "$FLASHLAB" bench --device cuda --stages 09 $MLA_PREFILL --reps 3 --json >"$OUT/mla_prefill.json"
+  record "MLA prefill bench" $?
+  # plain MHA with a full K/V cache, the same heads: stage 08 on (B, H, Tk, dh) keys and values
+  mha=$(echo " $MLA_DECODE " | sed -E 's/ --H ([0-9]+) / --H \1 --Hkv \1 /')
+  # shellcheck disable=SC2086
+  "$FLASHLAB" bench --device cuda --stages 08 --variant "" $mha --causal --reps "$REPS" --json >"$OUT/mla_mha.json"
+  record "MHA decode bench" $?
+  [ -s "$OUT/copy_bandwidth.json" ] || python3 tools/sdpa_bench.py --copy-bandwidth --json "$OUT/copy_bandwidth.json"
+  if command -v ncu >/dev/null 2>&1; then # the latent kernel alone: duration and DRAM bytes
+    # shellcheck disable=SC2086
+    ncu --clock-control none --kernel-name regex:latent_attention --launch-skip 2 --launch-count 3 \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
+      "$FLASHLAB" bench --device cuda --stages 09 --variant "" $MLA_DECODE --causal --reps 3 \
+      >"$OUT/mla_ncu.csv" 2>"$OUT/mla_ncu.err"
+    record "ncu latent kernel" $?
+  fi
+  python3 tools/mla_report.py "$OUT" | tee "$OUT/mla.txt"
+  record "MLA report" $?
 fi
 
 echo
