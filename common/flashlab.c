@@ -760,8 +760,12 @@ static int cmd_check(Options *o)
     if (rc != FL_OK)
         return rc;
     if (o->direction == DIR_BWD && !has_backward(impl)) {
-        fprintf(stderr, "flashlab check: stage %s (%s) has no backward pass; stage %s adds it\n", impl->stage,
-                impl->name, attn_feature_added_by(FEAT_BACKWARD));
+        if (impl->mla_forward)
+            fprintf(stderr, "flashlab check: stage %s (%s) computes an MLA step forward only: no backward pass\n",
+                    impl->stage, impl->name);
+        else
+            fprintf(stderr, "flashlab check: stage %s (%s) has no backward pass; stage %s adds it\n", impl->stage,
+                    impl->name, attn_feature_added_by(FEAT_BACKWARD));
         return FL_UNSUPPORTED;
     }
     CheckTally tally = {0, 0, 0, FL_OK};
@@ -1330,7 +1334,8 @@ static int bench_mla_one(const Options *o, const StageImpl *impl, int T, int d, 
     return rc;
 }
 
-/* The implementations to bench: every one on the device, or those of the --stages list. */
+/* The implementations to bench: every attention one on the device, or those of the --stages list
+ * (stage 09, MLA, only when named). */
 static int bench_select(const Options *o, const StageImpl **chosen, int *count)
 {
     const StageImpl *const *all = stage_registry();
@@ -1349,7 +1354,7 @@ static int bench_select(const Options *o, const StageImpl **chosen, int *count)
             return FL_BAD_INPUT;
         }
         for (int i = 0; all[i] && *count < 128; i++)
-            if (all[i]->device == o->device && (!want || !strcmp(all[i]->stage, want->stage)) &&
+            if (all[i]->device == o->device && (want ? !strcmp(all[i]->stage, want->stage) : !all[i]->mla_forward) &&
                 (!o->variant || !strcmp(all[i]->variant, o->variant)))
                 chosen[(*count)++] = all[i];
     } while (tok && (tok = strtok_r(NULL, ",", &save)) != NULL);
@@ -1594,6 +1599,8 @@ static const Command commands[] = {
      "\n"
      "Cases: the CASE_DIRs given, else every folder of the golden directory ($FLASHLAB_GOLDEN, default\n"
      "golden/cases of the source tree) that holds q.npy and whose features the stage supports.\n"
+     "Stage 09 (MLA) runs the MLA cases instead (folders with ckv.npy, docs/conventions.md) and compares\n"
+     "y.npy with the forward tolerance; the other stages skip MLA cases.\n"
      "Direction: without --direction a case runs forward+backward when it has do.npy and the stage has a\n"
      "backward pass (o, lse, dq, dk, dv and dsinks are compared), else forward only (o, lse; do.npy is\n"
      "ignored). --direction fwd checks the forward pass only; --direction bwd only cases with do.npy.\n"
@@ -1617,6 +1624,7 @@ static const Command commands[] = {
      "dq.npy dk.npy dv.npy (and dsinks.npy with sinks.npy) when do.npy is present and the stage has a\n"
      "backward pass (--direction fwd skips it). DIR is created if missing. Everything is computed before\n"
      "any file is written; if a write fails, the files already written are removed.\n"
+     "An MLA case (x.npy, ckv.npy, kpe.npy and the w_*.npy weights; stage 09 only) writes y.npy.\n"
      "Exit: 0 ok; 2 bad usage or bad input; 3 the case needs a feature the stage lacks; 77 no CUDA device.\n"},
     {"tour", cmd_tour, "flashlab tour [--device cpu|cuda|all] [--sram BYTES] [--threads N]",
      "Runs every registered implementation, in ladder order, on the golden case golden/cases/tour and\n"
@@ -1626,6 +1634,8 @@ static const Command commands[] = {
      "forward runs (after 1 warm-up, counting off), GFLOP/s (4*B*Hq*Tq*Tk*d), and the lesson.\n"
      "A stage that ran fwd+bwd gets a second line, 'bwd': HBM bytes and extra memory of the backward\n"
      "pass, and the median time and GFLOP/s (3.5x forward FLOPs) of 5 forward + backward runs.\n"
+     "Stage 09 (MLA) rows run the golden MLA case " TOUR_MLA_CASE " instead ('mla' in the checked column;\n"
+     "GFLOP/s from the MLA step's FLOPs, see bench --help).\n"
      "CUDA rows print 'skipped (no CUDA device)' when there is none. --device picks one device\n"
      "(default all). Exit: 0 all rows passed; 1 a row failed; 2 the tour case cannot be read or no\n"
      "stage ran; 77 --device cuda without a CUDA device.\n"},
@@ -1633,7 +1643,8 @@ static const Command commands[] = {
      "flashlab bench [--device cpu|cuda] [--stages 01,02,03] [--T 512,1024,2048,4096] [--B 1] [--H 8]\n"
      "               [--Hkv N] [--Tq N] [--d 64] [--causal] [--window W] [--sink-tokens S] [--sinks]\n"
      "               [--direction fwd|bwd] [--variant V] [--reps N] [--sram BYTES] [--block-r N]\n"
-     "               [--block-c N] [--threads N] [--json]",
+     "               [--block-c N] [--threads N] [--json]\n"
+     "               [--latent M] [--rope-dim P] [--model-dim D] [--q-rank MQ]     (stage 09)",
      "Times the stages on seeded random problems: q (B, H, Tq, d), k and v (B, Hkv, T, d), d = dv.\n"
      "By default Tq = T and Hkv = H (self-attention); --Tq 1 --Hkv 8 --H 32 is a GQA decode step\n"
      "(stages without the gqa feature then report the row as unsupported). --window W (implies\n"
@@ -1649,8 +1660,14 @@ static const Command commands[] = {
      "extra memory the larger of the two passes'.\n"
      "FLOPs: 4*B*H*Tq*T*d forward, halved with --causal when Tq = T; with --window, 4*B*H*d per\n"
      "query-key pair the window (and sink tokens) keep; forward + backward 3.5x forward.\n"
+     "Stage 09 (MLA) rows time one MLA step on seeded inputs: x (B, Tq, D), the latent cache ckv (B, T, m)\n"
+     "and kpe (B, T, p), the weights (each N(0, 1/fan-in)); H heads, dh = dv = d, Tq = T unless --Tq;\n"
+     "m, p, D, mq from --latent, --rope-dim (even), --model-dim, --q-rank, default DeepSeek-V2's 512, 64,\n"
+     "5120, 1536. Their FLOPs are the absorbed form's, for both variants: 2 per multiply-add of the\n"
+     "query and output projections and the W_uk / W_uv folds, plus 2 H (2m + p) per query-key pair.\n"
      "Defaults: cpu: every CPU implementation, T = 512,1024,2048,4096, B = 1, H = 8, d = 64, reps 3.\n"
      "          cuda: every CUDA implementation, T = 1024,4096,16384, B = 4, H = 16, d = 64,128, reps 20.\n"
+     "          (Stage 09 runs only when --stages names it: its problem is not an attention one.)\n"
      "Exit: 0 ok; 1 a run failed (its row shows why; e.g. out of memory); 2 bad usage; 77 no CUDA\n"
      "device for --device cuda.\n"},
     {"diff", cmd_diff, "flashlab diff A B",

@@ -66,3 +66,19 @@ foreach(case plain_t37_d80_bwd plain_scale)
                    $<TARGET_FILE:test_cli_compare> 06 ${cli_golden}/${case} ${cli_work}/run_bwd_${case})
   set_tests_properties(cli_run_bwd_${case} PROPERTIES LABELS "cli;cpu")
 endforeach()
+
+# Stage 09 (MLA) cases are their own kind: `run` writes y.npy (compared with the golden one), and
+# a case of the other kind is refused with exit 3 and a message naming the stage that runs it.
+foreach(variant - naive)
+  add_test(NAME cli_run_mla_${variant}
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cli_run_mla.sh $<TARGET_FILE:flashlab>
+                   $<TARGET_FILE:test_cli_compare> ${variant} ${cli_golden}/mla_decode_tq4
+                   ${cli_work}/run_mla_${variant})
+  set_tests_properties(cli_run_mla_${variant} PROPERTIES LABELS "cli;cpu;stage09")
+endforeach()
+cli_test(mla_case_on_attention_stage 3 "does not run MLA cases; stage 09 does" check 05 ${cli_golden}/mla_wide)
+cli_test(attention_case_on_mla_stage 3 "runs MLA cases only" check 09 ${cli_golden}/tour)
+cli_test(mla_no_backward 3 "no backward pass" check 09 --direction bwd)
+cli_test(bench_mla_json 0 "\"mla\": \\{\"D\": 32" bench --stages 09 --B 1 --H 2 --Tq 1 --T 16 --d 8 --latent 16
+         --rope-dim 4 --model-dim 32 --q-rank 8 --reps 1 --json)
+cli_test(bench_odd_rope 2 "--rope-dim must be even" bench --stages 09 --rope-dim 3)

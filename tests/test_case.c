@@ -68,9 +68,11 @@ static void write_inputs(const char *dir, int Hq, int Hkv)
 
 static int all_absent(const Case *c)
 {
-    int absent = !c->q.data && !c->k.data && !c->v.data && !c->dout.data && !c->sinks.data;
+    int absent = !c->q.data && !c->k.data && !c->v.data && !c->dout.data && !c->sinks.data && !c->mla_y.data;
     for (int i = 0; i < OUT_COUNT; i++)
         absent = absent && !c->expected[i].data;
+    for (int i = 0; i < MLA_INPUT_COUNT; i++)
+        absent = absent && !c->mla_in[i].data;
     return absent;
 }
 
@@ -269,6 +271,87 @@ static void test_bad_case_json(void)
     }
 }
 
+/* An MLA case (stage 09): B = 2, Tq = 2, Tk = 5, D = 6, mq = 4, H = 3, dh = 4, m = 5, p = 2, dv = 3. */
+static void write_mla_inputs(const char *dir)
+{
+    write_tensor(dir, "x.npy", 3, 2, 2, 6, 0);
+    write_tensor(dir, "ckv.npy", 3, 2, 5, 5, 0);
+    write_tensor(dir, "kpe.npy", 3, 2, 5, 2, 0);
+    write_tensor(dir, "w_dq.npy", 2, 6, 4, 0, 0);
+    write_tensor(dir, "w_uq.npy", 3, 4, 3, 4, 0);
+    write_tensor(dir, "w_qr.npy", 3, 4, 3, 2, 0);
+    write_tensor(dir, "w_uk.npy", 3, 5, 3, 4, 0);
+    write_tensor(dir, "w_uv.npy", 3, 5, 3, 3, 0);
+    write_tensor(dir, "w_o.npy", 3, 3, 3, 6, 0);
+}
+
+static void test_mla_case(void)
+{
+    char dir[512];
+    new_case_dir(dir, sizeof dir); /* a good one: sizes from the files, defaults */
+    write_mla_inputs(dir);
+    Case c;
+    FlError err = {{0}};
+    if (case_load(dir, 0, &c, &err) != FL_OK) {
+        test_fail(__FILE__, __LINE__, "good MLA case refused: %s", err.msg);
+    } else {
+        const MlaProblem *p = &c.mla;
+        EXPECT(c.is_mla && p->B == 2 && p->Tq == 2 && p->Tk == 5 && p->D == 6 && p->mq == 4 && p->H == 3);
+        EXPECT(p->dh == 4 && p->m == 5 && p->p == 2 && p->dv == 3 && !p->causal);
+        EXPECT(p->rope_theta == 10000.0f && fabsf(p->scale - 1.0f / sqrtf(6.0f)) < 1e-7f);
+        EXPECT(p->in[MLA_W_O] == c.mla_in[MLA_W_O].data && !c.q.data);
+        case_free(&c);
+    }
+    write_text(dir, "case.json", "{\"causal\": true, \"rope_theta\": 500, \"description\": \"mla\"}");
+    if (case_load(dir, 0, &c, &err) != FL_OK) {
+        test_fail(__FILE__, __LINE__, "MLA case with options refused: %s", err.msg);
+    } else {
+        EXPECT(c.mla.causal && c.mla.rope_theta == 500.0f && !strcmp(c.description, "mla"));
+        case_free(&c);
+    }
+    expect_refused(dir, 1, "y.npy", "No such file", __LINE__); /* golden: y.npy required */
+    write_tensor(dir, "y.npy", 3, 2, 2, 5, 0);
+    expect_refused(dir, 1, "y.npy", "(2, 2, 6)", __LINE__);
+
+    new_case_dir(dir, sizeof dir); /* a weight with the wrong shape */
+    write_mla_inputs(dir);
+    write_tensor(dir, "w_uk.npy", 3, 5, 3, 5, 0);
+    expect_refused(dir, 0, "w_uk.npy", "(5, 3, 4)", __LINE__);
+
+    new_case_dir(dir, sizeof dir); /* a missing weight */
+    write_mla_inputs(dir);
+    char path[600];
+    snprintf(path, sizeof path, "%s/w_o.npy", dir);
+    unlink(path);
+    expect_refused(dir, 0, "w_o.npy", "No such file", __LINE__);
+
+    new_case_dir(dir, sizeof dir); /* an odd RoPE width */
+    write_mla_inputs(dir);
+    write_tensor(dir, "kpe.npy", 3, 2, 5, 3, 0);
+    write_tensor(dir, "w_qr.npy", 3, 4, 3, 3, 0);
+    expect_refused(dir, 0, "kpe.npy", "must be even", __LINE__);
+
+    new_case_dir(dir, sizeof dir); /* more new tokens than cache entries */
+    write_mla_inputs(dir);
+    write_tensor(dir, "x.npy", 3, 2, 7, 6, 0);
+    expect_refused(dir, 0, "Tq = 7", "Tq <= Tk", __LINE__);
+
+    static const struct {
+        const char *json, *phrase;
+    } bad[] = {
+        {"{\"window\": 4}", "unknown key 'window' for an MLA case"},
+        {"{\"rope_theta\": -1}", "'rope_theta'"},
+        {"{\"rope_theta\": \"1e4\"}", "'rope_theta'"},
+        {"{\"causal\": 0}", "'causal'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        new_case_dir(dir, sizeof dir);
+        write_mla_inputs(dir);
+        write_text(dir, "case.json", bad[i].json);
+        expect_refused(dir, 0, "case.json", bad[i].phrase, __LINE__);
+    }
+}
+
 int main(void)
 {
     if (test_tmpdir_make(tmpdir, sizeof tmpdir, "test_case") != 0)
@@ -278,6 +361,7 @@ int main(void)
     test_expected_forward_only();
     test_bad_inputs();
     test_bad_case_json();
+    test_mla_case();
     test_tmpdir_remove(tmpdir);
     return test_exit_code("test_case");
 }
