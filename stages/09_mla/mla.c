@@ -33,6 +33,7 @@
 #include "hbm.h"
 #include "parallel.h"
 #include "rope.h"
+#include "workspace.h"
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
@@ -74,47 +75,9 @@ static void output_projection(const MlaProblem *p, const float *o, float *y, Hbm
 
 /* ==== variant naive: per-head K and V materialised, then stage 08 ============================== */
 
-static const StageImpl *attention_impl(void) { return stage_find("08", DEVICE_CPU, "naive"); }
-
-/* The attention problem the naive variant hands to stage 08: MHA, d = dh + p. */
-static AttnProblem naive_attention_problem(const MlaProblem *p)
-{
-    AttnProblem a = {0};
-    a.B = p->B, a.Hq = a.Hkv = p->H, a.Tq = p->Tq, a.Tk = p->Tk, a.d = p->dh + p->p, a.dv = p->dv;
-    a.scale = p->scale, a.causal = p->causal;
-    return a;
-}
-
-/* Workspace, in floats: c_q, q_nope, q_pe; K_up (B Tk, H dh), V_up (B Tk, H dv); Q, K, V, O, lse in
- * stage 08's layout; O token-major; then stage 08's own workspace. */
-typedef struct {
-    float *c_q, *q_nope, *q_pe, *k_up, *v_up, *q, *k, *v, *o, *lse, *o_tok;
-    void *inner; /* stage 08's workspace */
-} NaiveBuffers;
-
-static size_t naive_buffers(const MlaProblem *p, float *base, NaiveBuffers *w)
-{
-    const size_t N = (size_t)p->B * p->Tq, NK = (size_t)p->B * p->Tk, H = p->H, dk = p->dh + p->p;
-    const size_t sizes[] = {N * p->mq, N * H * p->dh, N * H * p->p, NK * H * p->dh, NK * H * p->dv,
-                            N * H * dk, NK * H * dk, NK * H * p->dv, N * H * p->dv, N * H, N * H * p->dv};
-    float **slots[] = {&w->c_q, &w->q_nope, &w->q_pe, &w->k_up, &w->v_up, &w->q,
-                       &w->k,   &w->v,      &w->o,    &w->lse,  &w->o_tok};
-    size_t used = 0;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        if (base)
-            *slots[i] = base + used;
-        used += (sizes[i] + 15) / 16 * 16; /* 64-byte aligned slices */
-    }
-    if (base)
-        w->inner = base + used;
-    return used * sizeof(float);
-}
-
 static size_t naive_workspace_bytes(const MlaProblem *p, const RunCtx *ctx)
 {
-    const AttnProblem a = naive_attention_problem(p);
-    const StageImpl *inner = attention_impl();
-    return naive_buffers(p, NULL, NULL) + (inner ? inner->workspace_bytes(&a, ctx, DIR_FWD) : 0);
+    return naive_workspace_on(DEVICE_CPU, p, ctx);
 }
 
 /* (B, T, H, n) token-major rows -> (B, H, T, width) head-major rows at column offset c0 (counted). */
@@ -145,7 +108,7 @@ static void broadcast_rope_keys(const MlaProblem *p, float *k, HbmCounter *hbm)
 
 static int naive_forward(const MlaProblem *p, float *y, RunCtx *ctx, FlError *err)
 {
-    const StageImpl *inner = attention_impl();
+    const StageImpl *inner = attention_impl(DEVICE_CPU);
     if (!inner)
         return fl_fail(err, FL_BAD_INPUT, "stage 09 naive: stage 08 (naive, cpu) is not in this build");
     NaiveBuffers w = {0};
@@ -185,32 +148,6 @@ static int naive_forward(const MlaProblem *p, float *y, RunCtx *ctx, FlError *er
 }
 
 /* ==== variant absorbed: W_uk folded into the query, W_uv into the output ======================= */
-
-/* Workspace, in floats: c_q (N, mq), q_nope (N, H, dh), q_pe (N, H, p), q_lat (N, H, m),
- * o_lat (N, H, m), o (N, H, dv), N = B Tq tokens. Nothing of size Tk. */
-typedef struct {
-    float *c_q, *q_nope, *q_pe, *q_lat, *o_lat, *o;
-} AbsorbedBuffers;
-
-static size_t absorbed_buffers(const MlaProblem *p, float *base, AbsorbedBuffers *w)
-{
-    const size_t N = (size_t)p->B * p->Tq, H = p->H;
-    const size_t sizes[] = {N * p->mq, N * H * p->dh, N * H * p->p, N * H * p->m, N * H * p->m, N * H * p->dv};
-    float **slots[] = {&w->c_q, &w->q_nope, &w->q_pe, &w->q_lat, &w->o_lat, &w->o};
-    size_t used = 0;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        if (base)
-            *slots[i] = base + used;
-        used += (sizes[i] + 15) / 16 * 16;
-    }
-    return used * sizeof(float);
-}
-
-static size_t absorbed_workspace_bytes(const MlaProblem *p, const RunCtx *ctx)
-{
-    (void)ctx;
-    return absorbed_buffers(p, NULL, NULL);
-}
 
 /* q_lat_h = q_nope_h W_uk_h^T   (N, m) per head: W_uk_h is w_uk[:, h, :], (m, dh) with row stride H dh. */
 static void absorb_w_uk(const MlaProblem *p, const float *q_nope, float *q_lat, HbmCounter *hbm)

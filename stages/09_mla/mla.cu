@@ -31,6 +31,7 @@
 #include "cuda_util.h"
 #include "error.h"
 #include "rope.h"
+#include "workspace.h"
 
 namespace {
 
@@ -244,40 +245,7 @@ int output_projection(cublasHandle_t hd, const MlaProblem *p, const float *o, fl
                         hbm, "y = o W_o", err);
 }
 
-// Carves consecutive 64-byte aligned slices of `sizes[i]` floats from base; returns the bytes.
-size_t carve(float *base, const size_t *sizes, float **const *slots, int n)
-{
-    size_t used = 0;
-    for (int i = 0; i < n; i++) {
-        if (base)
-            *slots[i] = base + used;
-        used += (sizes[i] + 15) / 16 * 16;
-    }
-    return used * sizeof(float);
-}
-
 // ==== variant absorbed ==========================================================================
-
-struct AbsorbedBuffers {
-    float *c_q, *q_nope, *q_pe, *q_lat, *o_lat, *o;
-};
-
-size_t absorbed_buffers(const MlaProblem *p, float *base, AbsorbedBuffers *w)
-{
-    const size_t N = (size_t)p->B * p->Tq, H = p->H;
-    const size_t sizes[] = {N * p->mq, N * H * p->dh, N * H * p->p, N * H * p->m, N * H * p->m, N * H * p->dv};
-    AbsorbedBuffers unused;
-    if (!w)
-        w = &unused;
-    float **const slots[] = {&w->c_q, &w->q_nope, &w->q_pe, &w->q_lat, &w->o_lat, &w->o};
-    return carve(base, sizes, slots, 6);
-}
-
-size_t absorbed_workspace_bytes(const MlaProblem *p, const RunCtx *ctx)
-{
-    (void)ctx;
-    return absorbed_buffers(p, NULL, NULL);
-}
 
 bool aligned16(const void *x) { return ((uintptr_t)x & 15u) == 0; }
 
@@ -330,41 +298,9 @@ int absorbed_forward(const MlaProblem *p, float *y, RunCtx *ctx, FlError *err)
 
 // ==== variant naive =============================================================================
 
-const StageImpl *attention_impl() { return stage_find("08", DEVICE_CUDA, "naive"); }
-
-AttnProblem naive_attention_problem(const MlaProblem *p)
-{
-    AttnProblem a = {};
-    a.B = p->B, a.Hq = a.Hkv = p->H, a.Tq = p->Tq, a.Tk = p->Tk, a.d = p->dh + p->p, a.dv = p->dv;
-    a.scale = p->scale, a.causal = p->causal;
-    return a;
-}
-
-struct NaiveBuffers {
-    float *c_q, *q_nope, *q_pe, *k_up, *v_up, *q, *k, *v, *o, *lse, *o_tok;
-    void *inner; // stage 08's workspace
-};
-
-size_t naive_buffers(const MlaProblem *p, float *base, NaiveBuffers *w)
-{
-    const size_t N = (size_t)p->B * p->Tq, NK = (size_t)p->B * p->Tk, H = p->H, dk = p->dh + p->p;
-    const size_t sizes[] = {N * p->mq,    N * H * p->dh, N * H * p->p,  NK * H * p->dh, NK * H * p->dv, N * H * dk,
-                            NK * H * dk, NK * H * p->dv, N * H * p->dv, N * H,          N * H * p->dv};
-    NaiveBuffers unused;
-    if (!w)
-        w = &unused;
-    float **const slots[] = {&w->c_q, &w->q_nope, &w->q_pe, &w->k_up, &w->v_up, &w->q,
-                             &w->k,   &w->v,      &w->o,    &w->lse,  &w->o_tok};
-    const size_t bytes = carve(base, sizes, slots, 11);
-    w->inner = base ? (char *)base + bytes : NULL;
-    return bytes;
-}
-
 size_t naive_workspace_bytes(const MlaProblem *p, const RunCtx *ctx)
 {
-    const AttnProblem a = naive_attention_problem(p);
-    const StageImpl *inner = attention_impl();
-    return naive_buffers(p, NULL, NULL) + (inner ? inner->workspace_bytes(&a, ctx, DIR_FWD) : 0);
+    return naive_workspace_on(DEVICE_CUDA, p, ctx);
 }
 
 int heads_from_tokens(const float *src, int Hs, int n, float *dst, const MlaProblem *p, int T, int width, int c0,
@@ -377,7 +313,7 @@ int heads_from_tokens(const float *src, int Hs, int n, float *dst, const MlaProb
 
 int naive_forward(const MlaProblem *p, float *y, RunCtx *ctx, FlError *err)
 {
-    const StageImpl *inner = attention_impl();
+    const StageImpl *inner = attention_impl(DEVICE_CUDA);
     if (!inner)
         return fl_fail(err, FL_BAD_INPUT, "stage 09 naive: stage 08 (naive, cuda) is not in this build");
     cublasHandle_t hd;
