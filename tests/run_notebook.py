@@ -2,10 +2,12 @@
 """Execute one notebook headless (nbclient, kernel python3) and fail on any cell error.
 
     run_notebook.py NOTEBOOK --flashlab PATH/TO/build/flashlab [--root REPO] [--save OUT.ipynb]
+                    [--figures DIR]
 
 The notebook is executed from a copy in a temporary folder, so nothing is written into the
 repository; FLASHLAB (the built tool) and FLASHLAB_ROOT (the repository) are set for its kernel.
---save writes the executed notebook (with outputs) to OUT.ipynb for a look at the figures.
+--save writes the executed notebook (with outputs) to OUT.ipynb for a look at the figures;
+--figures writes every figure the notebook drew as DIR/figNN.png (no Jupyter needed to see them).
 Exit: 0 every cell ran; 1 a cell failed (its traceback is printed); 2 bad usage;
 77 nbformat, nbclient, ipykernel, matplotlib or numpy missing (CTest: skipped, never passed).
 """
@@ -20,12 +22,31 @@ import time
 NEEDED = ["numpy", "matplotlib", "nbformat", "nbclient", "ipykernel"]
 
 
+def save_figures(nb, folder):
+    """Every image/png output of the executed notebook as folder/figNN.png, in cell order."""
+    import base64
+    os.makedirs(folder, exist_ok=True)
+    count = 0
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            png = out.get("data", {}).get("image/png")
+            if png:
+                count += 1
+                path = os.path.join(folder, "fig%02d.png" % count)
+                with open(path, "wb") as f:
+                    f.write(base64.b64decode(png))
+                print("run_notebook: wrote " + path)
+    if count == 0:
+        print("run_notebook: the notebook drew no figure")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("notebook")
     ap.add_argument("--flashlab", required=True, help="path to the built flashlab tool")
     ap.add_argument("--root", help="repository root (default: the notebook's parent folder's parent)")
     ap.add_argument("--save", help="also write the executed notebook here")
+    ap.add_argument("--figures", help="write the figures the notebook drew into this folder as PNG")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per cell (default 300)")
     args = ap.parse_args()
 
@@ -73,6 +94,8 @@ def main():
         elapsed = time.monotonic() - start
         if args.save:
             nbformat.write(nb, args.save)
+        if args.figures:
+            save_figures(nb, args.figures)
         code_cells = sum(1 for c in nb.cells if c.cell_type == "code")
         print(f"run_notebook: {os.path.basename(nb_path)}: {code_cells} code cells ran "
               f"in {elapsed:.1f} s")
