@@ -88,7 +88,7 @@ static const OptionSpec option_specs[] = {
     {"--sink-tokens", 1, "bench"},
     {"--sinks", 0, "bench"},
     {"--reps", 1, "bench"},
-    {"--json", 0, "bench"},
+    {"--json", 0, "check bench"},
     {"--latent", 1, "bench"},
     {"--rope-dim", 1, "bench"},
     {"--model-dim", 1, "bench"},
@@ -465,12 +465,22 @@ static AttnProblem problem_for(const Case *c, Direction dir)
     return p;
 }
 
-/* Compares every output of the run with the case's expected files. Fills *max_err; returns the
- * number of failing tensors. print: one line per tensor (check_print) with this indent. */
-static int compare_outputs(const Case *c, const Outputs *x, int print, double *max_err)
+/* One compared tensor, for check --json. */
+typedef struct {
+    const char *name;
+    CheckResult r;
+} TensorGrade;
+
+/* Compares every output of the run with the case's expected files. Fills *max_err and, when
+ * grades is non-NULL, one TensorGrade per compared tensor (*ngrades of them); returns the number of
+ * failing tensors. print: one line per tensor (check_print) with this indent. */
+static int compare_outputs(const Case *c, const Outputs *x, int print, double *max_err, TensorGrade *grades,
+                           int *ngrades)
 {
     int failed = 0;
     *max_err = 0.0;
+    if (ngrades)
+        *ngrades = 0;
     for (int id = 0; id < OUT_COUNT; id++) {
         const Tensor *got = &x->out[id];
         if (!got->data)
@@ -478,7 +488,7 @@ static int compare_outputs(const Case *c, const Outputs *x, int print, double *m
         const char *name = output_file_name((OutputId)id);
         const Tensor *want = &c->expected[id];
         if (!want->data) {
-            printf("    %s: no expected file in %s\n", name, c->dir);
+            fprintf(stderr, "    %s: no expected file in %s\n", name, c->dir);
             failed++;
             continue;
         }
@@ -486,8 +496,8 @@ static int compare_outputs(const Case *c, const Outputs *x, int print, double *m
         CheckResult r;
         if (check_tensor(got, want, tol, tol, &r) != 0) {
             char a[64], b[64];
-            printf("    %s: shape %s but the expected file has %s\n", name,
-                   tensor_shape_str(got, a, sizeof a), tensor_shape_str(want, b, sizeof b));
+            fprintf(stderr, "    %s: shape %s but the expected file has %s\n", name,
+                    tensor_shape_str(got, a, sizeof a), tensor_shape_str(want, b, sizeof b));
             failed++;
             continue;
         }
@@ -496,6 +506,8 @@ static int compare_outputs(const Case *c, const Outputs *x, int print, double *m
             snprintf(label, sizeof label, "    %s", name);
             check_print(stdout, label, got, &r);
         }
+        if (grades)
+            grades[(*ngrades)++] = (TensorGrade){name, r};
         if (r.max_abs_err > *max_err)
             *max_err = r.max_abs_err;
         failed += r.mismatches != 0;
@@ -591,7 +603,94 @@ static int cmd_list(Options *o)
 typedef struct {
     int checked, passed, skipped;
     int code; /* worst status so far */
+    int json_cases; /* check --json: case objects printed so far */
 } CheckTally;
+
+/* ---- check --json: the grade report, one object per case ----
+ * {"case", "dir", "direction", "status": "pass" | "fail" | "error", "tensors": {name: {max_abs,
+ * max_rel, mismatches}}, "hbm_read_bytes", "hbm_written_bytes" (all passes of the run), the same
+ * two for the reference (the stage's default variant on the same device and case), "time_ms"
+ * (median of 3 runs after one warm-up, counting off), "error": null or the message}. */
+typedef struct {
+    uint64_t read, written, ref_read, ref_written;
+    double ms;
+} GradeNumbers;
+
+static void json_string(const char *s);
+
+static void json_case(const Case *c, const char *direction, const char *status, const TensorGrade *grades,
+                      int ngrades, const GradeNumbers *g, const char *error, CheckTally *tally)
+{
+    printf("%s\n    {\"case\": ", tally->json_cases++ ? "," : "");
+    json_string(c->name);
+    printf(", \"dir\": ");
+    json_string(c->dir);
+    printf(", \"direction\": \"%s\", \"status\": \"%s\", \"tensors\": {", direction, status);
+    for (int i = 0; i < ngrades; i++)
+        printf("%s\"%s\": {\"max_abs\": %.6g, \"max_rel\": %.6g, \"mismatches\": %zu}", i ? ", " : "",
+               grades[i].name, grades[i].r.max_abs_err, grades[i].r.max_rel_err, grades[i].r.mismatches);
+    printf("}");
+    if (g)
+        printf(", \"hbm_read_bytes\": %llu, \"hbm_written_bytes\": %llu, \"reference_hbm_read_bytes\": %llu, "
+               "\"reference_hbm_written_bytes\": %llu, \"time_ms\": %.6g",
+               (unsigned long long)g->read, (unsigned long long)g->written, (unsigned long long)g->ref_read,
+               (unsigned long long)g->ref_written, g->ms);
+    printf(", \"error\": ");
+    if (error)
+        json_string(error);
+    else
+        printf("null");
+    printf("}");
+}
+
+/* The reference of a graded implementation: the same stage's default variant on its device. */
+static const StageImpl *reference_impl(const StageImpl *impl)
+{
+    const StageImpl *ref = stage_find(impl->stage, impl->device, "");
+    return ref ? ref : impl;
+}
+
+/* Counts of the reference on the same problem, and the graded implementation's time. */
+static int grade_attention(const Options *o, const StageImpl *impl, Direction dir, const AttnProblem *p,
+                           const RunStats *stats, GradeNumbers *g, FlError *err)
+{
+    RunCtx ctx = run_ctx(o);
+    RunStats ref = *stats;
+    Outputs x;
+    int rc = FL_OK;
+    if (reference_impl(impl) != impl) {
+        rc = outputs_alloc(p, &x, err);
+        if (rc == FL_OK)
+            rc = runner_run(reference_impl(impl), dir, p, &x.t, &ctx, &ref, err);
+        outputs_free(&x);
+    }
+    g->read = stats->fwd.bytes_read + stats->bwd.bytes_read;
+    g->written = stats->fwd.bytes_written + stats->bwd.bytes_written;
+    g->ref_read = ref.fwd.bytes_read + ref.bwd.bytes_read;
+    g->ref_written = ref.fwd.bytes_written + ref.bwd.bytes_written;
+    if (rc == FL_OK)
+        rc = runner_time(impl, dir, p, &ctx, 1, 3, &g->ms, err);
+    return rc;
+}
+
+static int grade_mla(const Options *o, const StageImpl *impl, const MlaProblem *p, const RunStats *stats,
+                     GradeNumbers *g, FlError *err)
+{
+    RunCtx ctx = run_ctx(o);
+    RunStats ref = *stats;
+    int rc = FL_OK;
+    if (reference_impl(impl) != impl) {
+        float *y = malloc(mla_numel(p, MLA_INPUT_COUNT) * sizeof(float));
+        rc = y ? runner_run_mla(reference_impl(impl), p, y, &ctx, &ref, err)
+               : fl_fail(err, FL_BAD_INPUT, "out of memory for the reference run");
+        free(y);
+    }
+    g->read = stats->fwd.bytes_read, g->written = stats->fwd.bytes_written;
+    g->ref_read = ref.fwd.bytes_read, g->ref_written = ref.fwd.bytes_written;
+    if (rc == FL_OK)
+        rc = runner_time_mla(impl, p, &ctx, 1, 3, &g->ms, err);
+    return rc;
+}
 
 static void print_case_header(const Case *c, Direction dir, const AttnProblem *p, int verbose)
 {
@@ -603,9 +702,12 @@ static void print_case_header(const Case *c, Direction dir, const AttnProblem *p
 }
 
 /* A run that did not complete: its message, and the status it adds to the tally. */
-static void tally_run_error(const Case *c, int rc, const FlError *err, CheckTally *tally)
+static void tally_run_error(const Options *o, const Case *c, const char *direction, int rc, const FlError *err,
+                            CheckTally *tally)
 {
     fprintf(stderr, "flashlab check: %s: %s\n", c->dir, err->msg);
+    if (o->json)
+        json_case(c, direction, "error", NULL, 0, NULL, err->msg, tally);
     tally->code = worse(tally->code, rc == FL_CHECK_FAILED ? FL_BAD_INPUT : rc);
     if (rc != FL_UNSUPPORTED && rc != FL_NO_DEVICE)
         tally->checked++;
@@ -656,20 +758,31 @@ static void check_one_case(const Options *o, const StageImpl *impl, Case *c, int
     int rc = outputs_alloc(&p, &x, &err);
     if (rc == FL_OK)
         rc = runner_run(impl, dir, &p, &x.t, &ctx, &stats, &err);
+    const char *direction = dir == DIR_BWD ? "fwd+bwd" : "fwd";
     if (rc != FL_OK) {
-        tally_run_error(c, rc, &err, tally);
+        tally_run_error(o, c, direction, rc, &err, tally);
         outputs_free(&x);
         return;
     }
-    print_case_header(c, dir, &p, o->verbose);
-    if (o->verbose) {
-        print_hbm_line("fwd", &stats.fwd, stats.extra_bytes_fwd);
-        if (dir == DIR_BWD)
-            print_hbm_line("bwd", &stats.bwd, stats.extra_bytes_bwd);
+    if (!o->json) {
+        print_case_header(c, dir, &p, o->verbose);
+        if (o->verbose) {
+            print_hbm_line("fwd", &stats.fwd, stats.extra_bytes_fwd);
+            if (dir == DIR_BWD)
+                print_hbm_line("bwd", &stats.bwd, stats.extra_bytes_bwd);
+        }
     }
     double max_err;
-    tally_result(compare_outputs(c, &x, 1, &max_err), tally);
+    TensorGrade grades[OUT_COUNT];
+    int ngrades;
+    const int failed = compare_outputs(c, &x, !o->json, &max_err, grades, &ngrades);
     outputs_free(&x);
+    tally_result(failed, tally);
+    if (o->json) {
+        GradeNumbers g;
+        rc = grade_attention(o, impl, dir, &p, &stats, &g, &err);
+        json_case(c, direction, failed ? "fail" : "pass", grades, ngrades, &g, rc == FL_OK ? NULL : err.msg, tally);
+    }
 }
 
 /* ---- MLA cases (stage 09): one output, y ---- */
@@ -684,13 +797,16 @@ static int mla_y_alloc(const MlaProblem *p, Tensor *y, FlError *err)
     return FL_OK;
 }
 
-/* Compares y with the case's y.npy; returns 1 if it fails. print: the check_print line. */
-static int compare_mla(const Case *c, const Tensor *y, int print, double *max_err)
+/* Compares y with the case's y.npy; returns 1 if it fails. print: the check_print line; r (may be
+ * NULL) receives the comparison. */
+static int compare_mla(const Case *c, const Tensor *y, int print, double *max_err, CheckResult *r_out)
 {
     CheckResult r;
     check_tensor(y, &c->mla_y, CHECK_TOL_FWD, CHECK_TOL_FWD, &r); /* shapes agree: both from c->mla */
     if (print)
         check_print(stdout, "    y.npy", y, &r);
+    if (r_out)
+        *r_out = r;
     *max_err = r.max_abs_err;
     return r.mismatches != 0;
 }
@@ -706,19 +822,30 @@ static void check_one_mla_case(const Options *o, const StageImpl *impl, Case *c,
     if (rc == FL_OK)
         rc = runner_run_mla(impl, p, y.data, &ctx, &stats, &err);
     if (rc != FL_OK) {
-        tally_run_error(c, rc, &err, tally);
+        tally_run_error(o, c, "mla", rc, &err, tally);
         tensor_free(&y);
         return;
     }
-    printf("%s (mla): B=%d Tq=%d Tk=%d D=%d mq=%d H=%d dh=%d m=%d p=%d dv=%d%s\n", c->name, p->B, p->Tq,
-           p->Tk, p->D, p->mq, p->H, p->dh, p->m, p->p, p->dv, p->causal ? " causal" : "");
-    if (o->verbose && c->description[0])
-        printf("    %s\n", c->description);
-    if (o->verbose)
-        print_hbm_line("fwd", &stats.fwd, stats.extra_bytes_fwd);
+    if (!o->json) {
+        printf("%s (mla): B=%d Tq=%d Tk=%d D=%d mq=%d H=%d dh=%d m=%d p=%d dv=%d%s\n", c->name, p->B, p->Tq,
+               p->Tk, p->D, p->mq, p->H, p->dh, p->m, p->p, p->dv, p->causal ? " causal" : "");
+        if (o->verbose && c->description[0])
+            printf("    %s\n", c->description);
+        if (o->verbose)
+            print_hbm_line("fwd", &stats.fwd, stats.extra_bytes_fwd);
+    }
     double max_err;
-    tally_result(compare_mla(c, &y, 1, &max_err), tally);
+    TensorGrade grade;
+    memset(&grade, 0, sizeof grade);
+    grade.name = mla_file_name(MLA_INPUT_COUNT);
+    const int failed = compare_mla(c, &y, !o->json, &max_err, &grade.r);
     tensor_free(&y);
+    tally_result(failed, tally);
+    if (o->json) {
+        GradeNumbers g;
+        rc = grade_mla(o, impl, p, &stats, &g, &err);
+        json_case(c, "mla", failed ? "fail" : "pass", &grade, 1, &g, rc == FL_OK ? NULL : err.msg, tally);
+    }
 }
 
 static int check_case_dir(const Options *o, const StageImpl *impl, const char *dir, int explicit,
@@ -768,7 +895,14 @@ static int cmd_check(Options *o)
                     impl->name, attn_feature_added_by(FEAT_BACKWARD));
         return FL_UNSUPPORTED;
     }
-    CheckTally tally = {0, 0, 0, FL_OK};
+    CheckTally tally = {0, 0, 0, FL_OK, 0};
+    char label[64];
+    if (o->json) { /* the grade report: one JSON object on stdout, messages still on stderr */
+        o->verbose = 0;
+        printf("{\"stage\": \"%s\", \"name\": \"%s\", \"variant\": \"%s\", \"device\": \"%s\", "
+               "\"reference_variant\": \"%s\", \"cases\": [",
+               impl->stage, impl->name, impl->variant, device_name(impl->device), reference_impl(impl)->variant);
+    }
     if (o->npositional > 1) {
         for (int i = 1; i < o->npositional; i++)
             check_case_dir(o, impl, o->positional[i], 1, &tally);
@@ -784,16 +918,20 @@ static int cmd_check(Options *o)
             check_case_dir(o, impl, dirs[i], 0, &tally);
         free_names(dirs, n);
     }
+    if (o->json)
+        printf("\n  ], \"checked\": %d, \"passed\": %d, \"failed\": %d, \"skipped\": %d}\n", tally.checked,
+               tally.passed, tally.checked - tally.passed, tally.skipped);
     if (tally.checked == 0 && tally.code != FL_OK)
         return tally.code;
-    char label[64];
-    printf("stage %s (%s, %s): %d case%s checked, %d passed, %d failed", impl->stage, impl->name,
+    if (!o->json)
+        printf("stage %s (%s, %s): %d case%s checked, %d passed, %d failed", impl->stage, impl->name,
            impl_label(impl, label, sizeof label), tally.checked, tally.checked == 1 ? "" : "s", tally.passed,
            tally.checked - tally.passed);
-    if (tally.skipped)
+    if (tally.skipped && !o->json)
         printf("; %d golden case%s skipped (features or direction this run does not cover)", tally.skipped,
                tally.skipped == 1 ? "" : "s");
-    printf("\n");
+    if (!o->json)
+        printf("\n");
     if (tally.code == FL_OK && tally.checked == 0) {
         fprintf(stderr, "flashlab check: no case was checked for stage %s%s: that is not a pass\n", impl->stage,
                 o->direction == DIR_BWD ? " --direction bwd" : "");
@@ -984,7 +1122,7 @@ static int tour_row(const Options *o, const StageImpl *impl, const Case *c)
     int rc = outputs_alloc(&p, &x, &err);
     if (rc == FL_OK)
         rc = runner_run(impl, dir, &p, &x.t, &ctx, &stats, &err);
-    int failed = rc == FL_OK ? compare_outputs(c, &x, 0, &max_err) : 0;
+    int failed = rc == FL_OK ? compare_outputs(c, &x, 0, &max_err, NULL, NULL) : 0;
     outputs_free(&x);
     AttnProblem fwd = problem_for(c, DIR_FWD);
     double ms_both = 0.0;
@@ -1027,7 +1165,7 @@ static int tour_mla_row(const StageImpl *impl, const Case *c, const RunCtx *ctx)
     int rc = mla_y_alloc(&c->mla, &y, &err);
     if (rc == FL_OK)
         rc = runner_run_mla(impl, &c->mla, y.data, ctx, &stats, &err);
-    int failed = rc == FL_OK ? compare_mla(c, &y, 0, &max_err) : 0;
+    int failed = rc == FL_OK ? compare_mla(c, &y, 0, &max_err, NULL) : 0;
     tensor_free(&y);
     if (rc == FL_OK)
         rc = runner_time_mla(impl, &c->mla, ctx, 1, TOUR_REPS, &ms, &err);
@@ -1590,7 +1728,7 @@ static const Command commands[] = {
      "supports and its one-line lesson; then whether a CUDA device is available.\n"},
     {"check", cmd_check,
      "flashlab check STAGE [CASE_DIR...] [--device cpu|cuda] [--variant V] [--direction fwd|bwd]\n"
-     "                     [--sram BYTES] [--block-r N] [--block-c N] [--threads N] [--verbose]",
+     "                     [--sram BYTES] [--block-r N] [--block-c N] [--threads N] [--verbose] [--json]",
      "Runs STAGE (e.g. 3, 03 or 03_tiled) on case folders and compares every output with the case's\n"
      "expected .npy files: |out - ref| <= 1e-4 + 1e-4*|ref| for o and lse, 5e-4 for gradients; NaN/Inf\n"
      "positions must match. Outputs are poisoned with NaN before each run. Prints a header per case, one\n"
@@ -1611,6 +1749,11 @@ static const Command commands[] = {
      "  --block-r/-c N      tile sizes Br, Bc (default: derived from M and d)\n"
      "  --threads N         CPU worker threads (default: all cores)\n"
      "  --verbose           case descriptions, HBM counts, and the golden cases skipped\n"
+     "  --json              a grade report instead of the text (one JSON object on stdout): per case\n"
+     "                      its status (pass, fail, error), per tensor max abs / max rel error and the\n"
+     "                      mismatch count, HBM bytes read and written beside those of the reference\n"
+     "                      (the stage's default variant on the same device), and the time (median of\n"
+     "                      3 runs after a warm-up); then checked, passed, failed, skipped\n"
      "\n"
      "Exit: 0 all passed; 1 a tensor failed; 2 bad usage, an unreadable case, a run the stage refused\n"
      "(e.g. tiles that do not fit in --sram), or no case checked at all;\n"

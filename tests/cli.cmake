@@ -82,3 +82,12 @@ cli_test(mla_no_backward 3 "no backward pass" check 09 --direction bwd)
 cli_test(bench_mla_json 0 "\"mla\": \\{\"D\": 32" bench --stages 09 --B 1 --H 2 --Tq 1 --T 16 --d 8 --latent 16
          --rope-dim 4 --model-dim 32 --q-rank 8 --reps 1 --json)
 cli_test(bench_odd_rope 2 "--rope-dim must be even" bench --stages 09 --rope-dim 3)
+
+# `flashlab check --json`, the grade report: valid JSON, "pass" / "fail" per case, the reference's
+# HBM bytes beside the variant's, and the exit status of the text mode.
+if(FLASHLAB_PYTHON)
+  add_test(NAME cli_grade_json
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cli_grade_json.sh $<TARGET_FILE:flashlab> ${FLASHLAB_PYTHON}
+                   ${cli_golden} ${cli_work}/grade_json)
+  set_tests_properties(cli_grade_json PROPERTIES LABELS "cli;cpu")
+endif()
