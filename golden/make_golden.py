@@ -6,6 +6,7 @@ Writes the golden case folders of DESIGN section 4:
     python golden/make_golden.py [--out DIR]     # default: golden/cases next to this file
     python golden/make_golden.py --selftest      # gradients vs central finite differences
     python golden/make_golden.py --list          # markdown table of the cases (for README.md)
+    python golden/make_golden.py --seed N --out DIR   # hidden cases for grading (see below)
 
 Each attention case folder holds case.json, the inputs q/k/v.npy (+ do.npy, sinks.npy) and the
 expected outputs o/lse.npy (+ dq/dk/dv.npy with do.npy, + dsinks.npy with sinks.npy).
@@ -20,6 +21,14 @@ How the numbers are made:
     those float32 values;
   * outputs are stored as little-endian float32 in C order.
 
+Hidden cases for grading: `--seed N --out DIR` (N a non-negative integer) writes the very same
+case list -- every attention and every MLA case, same names, shapes, options and case.json -- with
+inputs drawn from another seed: each case's generator is seeded with
+numpy.random.SeedSequence([N, the case's own fixed seed]), so the same N rewrites the same folder
+byte for byte and another N gives other inputs. The seed goes into the summary line only, never
+into the case folders. `--seed` needs an --out that is not golden/cases (the committed cases are
+never rewritten from a hidden seed); without --seed nothing changes.
+
 The conventions (docs/conventions.md) live in one function, `keep_mask`; everything else is the
 plain softmax-attention math on top of it (MLA adds `rope`). NumPy only.
 """
@@ -28,6 +37,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import sys
 
@@ -440,7 +450,16 @@ def write_case(c, out_dir, mla=False):
         f.write("\n")
 
 
-def write_all(out_dir):
+def hidden_seed(n, case_seed):
+    """The seed of one case's inputs in the hidden set N (`--seed N`): a SeedSequence of N and the
+    case's own fixed seed, so each (N, case) pair has its own stream, reproducible byte for byte.
+    (The committed cases use the fixed seed alone, which no N reproduces.)"""
+    return np.random.SeedSequence([n, case_seed])
+
+
+def write_all(out_dir, seed=None):
+    """Every case of CASES and MLA_CASES into out_dir; with seed N (`--seed N`) the inputs are drawn
+    from hidden_seed(N, case seed) instead of the case's fixed seed, and nothing else changes."""
     os.makedirs(out_dir, exist_ok=True)
     names = {c["name"] for c in CASES + MLA_CASES}
     assert len(names) == len(CASES) + len(MLA_CASES), "duplicate case name"
@@ -449,11 +468,16 @@ def write_all(out_dir):
         if entry not in names and os.path.isfile(os.path.join(path, "case.json")):
             print(f"removing stale case folder {path}")
             shutil.rmtree(path)
+
+    def seeded(c):
+        return c if seed is None else dict(c, seed=hidden_seed(seed, c["seed"]))
+
     for c in CASES:
-        write_case(c, out_dir)
+        write_case(seeded(c), out_dir)
     for c in MLA_CASES:
-        write_case(c, out_dir, mla=True)
-    print(f"wrote {len(CASES)} attention and {len(MLA_CASES)} MLA cases to {out_dir}")
+        write_case(seeded(c), out_dir, mla=True)
+    from_seed = "" if seed is None else f" from hidden seed {seed}"
+    print(f"wrote {len(CASES)} attention and {len(MLA_CASES)} MLA cases to {out_dir}{from_seed}")
 
 
 def features(c):
@@ -678,16 +702,45 @@ def selftest():
     return 0 if ok and ok_mla else 1
 
 
+def seed_usage_problem(args):
+    """'' when `--seed` is used as it must be, else the one-line reason to refuse it."""
+    if not re.fullmatch(r"[0-9]+", args.seed):
+        return f"--seed N takes a non-negative integer, not {args.seed!r}"
+    if args.selftest or args.list or args.large:
+        return ("--seed writes the whole hidden case list; it does not go with --selftest, "
+                "--list or --large")
+    if args.out is None:
+        return ("--seed needs --out DIR (a folder for the hidden cases; the committed "
+                "golden/cases are never rewritten from a hidden seed)")
+    committed, out = os.path.realpath(DEFAULT_OUT), os.path.realpath(args.out)
+    if out == committed or out.startswith(committed + os.sep):
+        return (f"--seed: --out {args.out} is the committed golden/cases folder (or inside it); "
+                "write the hidden cases somewhere else")
+    return ""
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Write flashlab's golden case folders (NumPy, "
                                              "float64 reference).")
-    ap.add_argument("--out", default=DEFAULT_OUT, help="output folder (default: golden/cases)")
+    ap.add_argument("--out", help="output folder (default: golden/cases)")
+    ap.add_argument("--seed", metavar="N",
+                    help="hidden cases for grading: the same case list with inputs drawn from "
+                         "seed N (a non-negative integer); needs --out, never golden/cases")
     ap.add_argument("--selftest", action="store_true",
                     help="check the gradients against finite differences and exit")
     ap.add_argument("--list", action="store_true", help="print the cases as a markdown table")
     ap.add_argument("--large", metavar="NAME", choices=[c["name"] for c in LARGE_CASES],
                     help="write only this large (uncommitted) case into --out")
     args = ap.parse_args(argv)
+    if args.seed is not None:
+        problem = seed_usage_problem(args)
+        if problem:
+            print(f"make_golden.py: {problem}", file=sys.stderr)
+            return 2
+        write_all(args.out, seed=int(args.seed))
+        return 0
+    if args.out is None:
+        args.out = DEFAULT_OUT
     if args.large:
         write_case(next(c for c in LARGE_CASES if c["name"] == args.large), args.out)
         print(f"wrote {args.large} to {args.out}")
