@@ -102,29 +102,45 @@ static int bad_option(const char *path, const cJSON *item, const char *rule, FlE
     return rc;
 }
 
+/* The option kinds the keys share: a bool, a finite float > 0, the description string. */
+static int bool_option(const char *path, const cJSON *item, int *out, FlError *err)
+{
+    if (!cJSON_IsBool(item))
+        return bad_option(path, item, "true or false", err);
+    *out = cJSON_IsTrue(item);
+    return FL_OK;
+}
+
+static int positive_option(const char *path, const cJSON *item, float *out, FlError *err)
+{
+    float x = cJSON_IsNumber(item) ? (float)item->valuedouble : 0.0f;
+    if (!isfinite(x) || x <= 0.0f) /* also refuses what float32 cannot hold */
+        return bad_option(path, item, "a finite number > 0", err);
+    *out = x;
+    return FL_OK;
+}
+
+static int description_option(Case *c, const char *path, const cJSON *item, FlError *err)
+{
+    if (!cJSON_IsString(item))
+        return bad_option(path, item, "a string", err);
+    copy_string(c->description, sizeof c->description, item->valuestring);
+    return FL_OK;
+}
+
 /* The keys of an MLA case: causal, rope_theta, description. */
 static int apply_mla_option(Case *c, const char *path, const cJSON *item, FlError *err)
 {
     const char *key = item->string;
-    if (strcmp(key, "causal") == 0) {
-        if (!cJSON_IsBool(item))
-            return bad_option(path, item, "true or false", err);
-        c->mla.causal = cJSON_IsTrue(item);
-    } else if (strcmp(key, "rope_theta") == 0) {
-        float theta = cJSON_IsNumber(item) ? (float)item->valuedouble : 0.0f;
-        if (!isfinite(theta) || theta <= 0.0f)
-            return bad_option(path, item, "a finite number > 0", err);
-        c->mla.rope_theta = theta;
-    } else if (strcmp(key, "description") == 0) {
-        if (!cJSON_IsString(item))
-            return bad_option(path, item, "a string", err);
-        copy_string(c->description, sizeof c->description, item->valuestring);
-    } else {
-        return fl_fail(err, FL_BAD_INPUT,
-                       "%s: unknown key '%s' for an MLA case (allowed: causal, rope_theta, description)",
-                       path, key);
-    }
-    return FL_OK;
+    if (strcmp(key, "causal") == 0)
+        return bool_option(path, item, &c->mla.causal, err);
+    if (strcmp(key, "rope_theta") == 0)
+        return positive_option(path, item, &c->mla.rope_theta, err);
+    if (strcmp(key, "description") == 0)
+        return description_option(c, path, item, err);
+    return fl_fail(err, FL_BAD_INPUT,
+                   "%s: unknown key '%s' for an MLA case (allowed: causal, rope_theta, description)", path,
+                   key);
 }
 
 static int apply_option(Case *c, const char *path, const cJSON *item, FlError *err)
@@ -133,33 +149,24 @@ static int apply_option(Case *c, const char *path, const cJSON *item, FlError *e
     AttnProblem *p = &c->problem;
     if (c->is_mla)
         return apply_mla_option(c, path, item, err);
-    if (strcmp(key, "causal") == 0) {
-        if (!cJSON_IsBool(item))
-            return bad_option(path, item, "true or false", err);
-        p->causal = cJSON_IsTrue(item);
-    } else if (strcmp(key, "window") == 0) {
-        if (json_nonneg_int(item, &p->window) != 0)
-            return bad_option(path, item, "an integer >= 0 (0 = no window)", err);
-    } else if (strcmp(key, "sink_tokens") == 0) {
-        if (json_nonneg_int(item, &p->sink_tokens) != 0)
-            return bad_option(path, item, "an integer >= 0", err);
-    } else if (strcmp(key, "scale") == 0) {
-        float scale = cJSON_IsNumber(item) ? (float)item->valuedouble : 0.0f;
-        if (!isfinite(scale) || scale <= 0.0f) /* also refuses what float32 cannot hold */
-            return bad_option(path, item, "a finite number > 0", err);
-        p->scale = scale;
+    if (strcmp(key, "causal") == 0)
+        return bool_option(path, item, &p->causal, err);
+    if (strcmp(key, "window") == 0)
+        return json_nonneg_int(item, &p->window) != 0
+                   ? bad_option(path, item, "an integer >= 0 (0 = no window)", err)
+                   : FL_OK;
+    if (strcmp(key, "sink_tokens") == 0)
+        return json_nonneg_int(item, &p->sink_tokens) != 0 ? bad_option(path, item, "an integer >= 0", err)
+                                                            : FL_OK;
+    if (strcmp(key, "scale") == 0) {
         c->has_scale = 1;
-    } else if (strcmp(key, "description") == 0) {
-        if (!cJSON_IsString(item))
-            return bad_option(path, item, "a string", err);
-        copy_string(c->description, sizeof c->description, item->valuestring);
-    } else {
-        return fl_fail(err, FL_BAD_INPUT,
-                       "%s: unknown key '%s' (allowed: causal, window, sink_tokens, scale, "
-                       "description)",
-                       path, key);
+        return positive_option(path, item, &p->scale, err);
     }
-    return FL_OK;
+    if (strcmp(key, "description") == 0)
+        return description_option(c, path, item, err);
+    return fl_fail(err, FL_BAD_INPUT,
+                   "%s: unknown key '%s' (allowed: causal, window, sink_tokens, scale, description)", path,
+                   key);
 }
 
 static int load_options(Case *c, FlError *err)

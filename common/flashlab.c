@@ -1095,16 +1095,25 @@ static int cmd_run(Options *o)
 
 /* ==== tour ===================================================================================== */
 
-/* One row of the tour table: runs, checks, counts and times one implementation. Returns 1 if the
- * row failed. */
-static int tour_row(const Options *o, const StageImpl *impl, const Case *c)
+/* The row's first columns; 0 when a CUDA row has no device (the row then says so and ends). */
+static int tour_row_start(const StageImpl *impl)
 {
-    char dev[48], err_s[32], r[32], w[32], e[32];
+    char dev[48];
     printf("%-5s  %-12s  ", impl->stage, impl_label(impl, dev, sizeof dev));
     if (impl->device == DEVICE_CUDA && !cuda_device_available()) {
         printf("skipped (no CUDA device)  %s\n", impl->lesson);
         return 0;
     }
+    return 1;
+}
+
+/* One row of the tour table: runs, checks, counts and times one implementation. Returns 1 if the
+ * row failed. */
+static int tour_row(const Options *o, const StageImpl *impl, const Case *c)
+{
+    char err_s[32], r[32], w[32], e[32];
+    if (!tour_row_start(impl))
+        return 0;
     Direction dir = case_direction(o, impl, c);
     AttnProblem p = problem_for(c, dir);
     unsigned missing = runner_missing_features(impl, dir, &p);
@@ -1152,12 +1161,9 @@ static int tour_row(const Options *o, const StageImpl *impl, const Case *c)
 /* A tour row of an MLA stage (09), on the MLA tour case. Returns 1 if the row failed. */
 static int tour_mla_row(const StageImpl *impl, const Case *c, const RunCtx *ctx)
 {
-    char dev[48], err_s[32], r[32], w[32], e[32];
-    printf("%-5s  %-12s  ", impl->stage, impl_label(impl, dev, sizeof dev));
-    if (impl->device == DEVICE_CUDA && !cuda_device_available()) {
-        printf("skipped (no CUDA device)  %s\n", impl->lesson);
+    char err_s[32], r[32], w[32], e[32];
+    if (!tour_row_start(impl))
         return 0;
-    }
     FlError err = {{0}};
     Tensor y;
     RunStats stats;

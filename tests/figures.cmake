@@ -8,17 +8,7 @@ set(figures_script ${PROJECT_SOURCE_DIR}/tools/make_figures.py)
 set(figures_dir ${CMAKE_CURRENT_BINARY_DIR}/figures_test)
 
 # Of the Pythons with NumPy, the first that also has matplotlib.
-set(figures_python "")
-if(FLASHLAB_PYTHON_NUMPY)
-  foreach(candidate ${FLASHLAB_PYTHON_NUMPY} /usr/bin/python3)
-    execute_process(COMMAND ${candidate} -c "import numpy, matplotlib"
-                    RESULT_VARIABLE figures_modules_missing OUTPUT_QUIET ERROR_QUIET)
-    if(figures_modules_missing EQUAL 0)
-      set(figures_python ${candidate})
-      break()
-    endif()
-  endforeach()
-endif()
+flashlab_python_with(figures_python "numpy, matplotlib")
 
 if(figures_python)
   # matplotlib is checked again when the test runs: it may have gone since configure

@@ -37,9 +37,8 @@ except ImportError:
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GENERATOR = os.path.join(ROOT, "golden", "make_golden.py")
 COMMITTED = os.path.join(ROOT, "golden", "cases")
-INPUTS = {"q.npy", "k.npy", "v.npy", "do.npy", "sinks.npy",                  # attention
-          "x.npy", "ckv.npy", "kpe.npy", "w_dq.npy", "w_uq.npy", "w_qr.npy",  # MLA (stage 09)
-          "w_uk.npy", "w_uv.npy", "w_o.npy"}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_golden import INPUTS, list_cases as case_dirs  # noqa: E402  (the input files; case folders)
 
 failures = []
 
@@ -64,10 +63,6 @@ def generate(seed, out, generator=GENERATOR):
     print(r.stdout.strip())
     return check(f"hidden seed {seed}" in r.stdout,
                  f"--seed {seed}: the summary line does not name the seed: {r.stdout.strip()!r}")
-
-
-def case_dirs(folder):
-    return sorted(e for e in os.listdir(folder) if os.path.isdir(os.path.join(folder, e)))
 
 
 def read(path):

@@ -6,17 +6,11 @@ set(notebook_runner ${PROJECT_SOURCE_DIR}/tests/run_notebook.py)
 file(GLOB notebooks CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/notebooks/*.ipynb)
 list(SORT notebooks)
 
-# Of the Pythons with NumPy, prefer one that also has the notebook modules.
-set(notebook_python ${FLASHLAB_PYTHON_NUMPY})
-if(FLASHLAB_PYTHON_NUMPY)
-  foreach(candidate ${FLASHLAB_PYTHON_NUMPY} /usr/bin/python3)
-    execute_process(COMMAND ${candidate} -c "import numpy, matplotlib, nbformat, nbclient, ipykernel"
-                    RESULT_VARIABLE notebook_modules_missing OUTPUT_QUIET ERROR_QUIET)
-    if(notebook_modules_missing EQUAL 0)
-      set(notebook_python ${candidate})
-      break()
-    endif()
-  endforeach()
+# Of the Pythons with NumPy, prefer one that also has the notebook modules (else the test itself
+# says which module is missing and skips).
+flashlab_python_with(notebook_python "numpy, matplotlib, nbformat, nbclient, ipykernel")
+if(NOT notebook_python)
+  set(notebook_python ${FLASHLAB_PYTHON_NUMPY})
 endif()
 
 foreach(nb ${notebooks})
