@@ -1017,15 +1017,17 @@ static int write_outputs(const char *out_dir, const Outputs *x, FlError *err)
 /* flashlab run on an MLA case: y.npy. */
 static int run_mla_case(const Options *o, const StageImpl *impl, const Case *c)
 {
+    if (o->direction == DIR_BWD) {
+        fprintf(stderr, "flashlab run: stage %s: MLA cases have no backward pass (--direction bwd)\n",
+                impl->stage);
+        return FL_UNSUPPORTED;
+    }
     FlError err = {{0}};
     Tensor y;
     RunCtx ctx = run_ctx(o);
     const char *name = mla_file_name(MLA_INPUT_COUNT);
     const Tensor *out = &y;
-    int rc = o->direction == DIR_BWD
-                 ? fl_fail(&err, FL_UNSUPPORTED, "stage %s: MLA cases have no backward pass (--direction bwd)",
-                           impl->stage)
-                 : mla_y_alloc(&c->mla, &y, &err);
+    int rc = mla_y_alloc(&c->mla, &y, &err);
     if (rc == FL_OK)
         rc = runner_run_mla(impl, &c->mla, y.data, &ctx, NULL, &err);
     if (rc == FL_OK)
@@ -1035,8 +1037,7 @@ static int run_mla_case(const Options *o, const StageImpl *impl, const Case *c)
             printf("no CUDA device: skipped\n");
         fprintf(stderr, "flashlab run: %s\n", err.msg);
     }
-    if (o->direction != DIR_BWD)
-        tensor_free(&y);
+    tensor_free(&y);
     return rc == FL_CHECK_FAILED ? FL_BAD_INPUT : rc;
 }
 
