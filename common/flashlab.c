@@ -47,7 +47,7 @@ typedef struct {
     int device_all;   /* tour --device all (the default of tour) */
     const char *variant;
     int direction;    /* DIR_FWD, DIR_BWD or DIRECTION_BOTH */
-    RunCtx ctx;       /* sram_bytes, block_r, block_c, threads */
+    RunCtx ctx;       /* sram_bytes, block_r, block_c, threads, splits */
     int verbose;
     const char *out_dir;
     /* bench */
@@ -56,6 +56,7 @@ typedef struct {
     int B, H, Hkv, Tq, reps, causal, json; /* Hkv, Tq: 0 = H, T (self-attention) */
     int window, sink_tokens, sinks;          /* stage 10's mask and learned sinks */
     int latent, rope_dim, model_dim, q_rank; /* stage 09's m, p, D, mq (0 = DeepSeek-V2's) */
+    int page_size;                           /* stage 11: a paged KV cache of this page size (0 = none) */
     const char *positional[MAX_POSITIONAL];
     int npositional;
 } Options;
@@ -74,6 +75,8 @@ static const OptionSpec option_specs[] = {
     {"--block-r", 1, "check run bench"},
     {"--block-c", 1, "check run bench"},
     {"--threads", 1, "check run tour bench"},
+    {"--splits", 1, "check run bench"},
+    {"--page-size", 1, "bench"},
     {"--verbose", 0, "check"},
     {"--out", 1, "run"},
     {"--stages", 1, "bench"},
@@ -204,6 +207,10 @@ static int apply_option(Options *o, const char *name, const char *value)
         return parse_int(cmd, name, value, 1, 1 << 20, &o->ctx.block_c);
     if (!strcmp(name, "--threads"))
         return parse_int(cmd, name, value, 1, 4096, &o->ctx.threads);
+    if (!strcmp(name, "--splits"))
+        return parse_int(cmd, name, value, 1, 1024, &o->ctx.splits);
+    if (!strcmp(name, "--page-size"))
+        return parse_int(cmd, name, value, 1, 1 << 20, &o->page_size);
     if (!strcmp(name, "--verbose"))
         return o->verbose = 1, FL_OK;
     if (!strcmp(name, "--out"))
