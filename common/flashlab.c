@@ -1257,10 +1257,13 @@ static int cmd_tour(Options *o)
 
 typedef struct {
     Tensor q, k, v, dout, sinks;
+    Tensor block_table, seq_lens; /* a paged cache (--page-size): int32 */
 } BenchInputs;
 
 static void bench_inputs_free(BenchInputs *in)
 {
+    tensor_free(&in->block_table);
+    tensor_free(&in->seq_lens);
     tensor_free(&in->sinks);
     tensor_free(&in->q);
     tensor_free(&in->k);
@@ -1268,32 +1271,75 @@ static void bench_inputs_free(BenchInputs *in)
     tensor_free(&in->dout);
 }
 
+/* x[0..n) seeded N(0, 1). Above 2^24 elements the first 2^24 are drawn and then repeated: drawing
+ * billions of normals would take the bench minutes, and the time of a kernel does not depend on
+ * the values it reads (none of them is NaN or inf). */
+static void bench_fill_normal(Rng *rng, float *x, size_t n)
+{
+    const size_t drawn = n < ((size_t)1 << 24) ? n : (size_t)1 << 24;
+    rng_fill_normal(rng, x, drawn, 1.0f);
+    for (size_t done = drawn; done < n;) {
+        const size_t chunk = done < n - done ? done : n - done;
+        memcpy(x + done, x, chunk * sizeof(float));
+        done += chunk;
+    }
+}
+
+/* A paged cache for --page-size: every sequence holds T keys in ceil(T / page_size) pages, the
+ * pool's pages handed out in a seeded shuffled order (as an allocator that has run a while would),
+ * so consecutive pages of a sequence are not neighbours in memory. Returns 0, or -1 when out of
+ * memory. */
+static int bench_page_index(const Options *o, int T, Rng *rng, BenchInputs *in, AttnProblem *p)
+{
+    const int per_seq = (T + o->page_size - 1) / o->page_size, pages = o->B * per_seq;
+    int64_t table_shape[2] = {o->B, per_seq}, lens_shape[1] = {o->B};
+    if (tensor_alloc_poisoned(&in->block_table, 2, table_shape) != 0 ||
+        tensor_alloc_poisoned(&in->seq_lens, 1, lens_shape) != 0)
+        return -1;
+    int32_t *table = (int32_t *)(void *)in->block_table.data, *lens = (int32_t *)(void *)in->seq_lens.data;
+    for (int i = 0; i < pages; i++)
+        table[i] = i;
+    for (int i = pages - 1; i > 0; i--) { /* Fisher-Yates */
+        const int j = (int)(rng_next_u64(rng) % (uint64_t)(i + 1)), x = table[i];
+        table[i] = table[j], table[j] = x;
+    }
+    for (int b = 0; b < o->B; b++)
+        lens[b] = T;
+    p->page_size = o->page_size, p->num_pages = pages, p->max_pages = per_seq;
+    p->block_table = table, p->seq_lens = lens;
+    return 0;
+}
+
 /* Seeded normal inputs: q, dO (B, H, Tq, d) and k, v (B, Hkv, T, d), with Tq = T and Hkv = H
- * unless --Tq / --Hkv say otherwise. */
-static int bench_inputs(const Options *o, int T, int d, int with_dout, BenchInputs *in, AttnProblem *p)
+ * unless --Tq / --Hkv say otherwise. With `paged` (--page-size, a stage with the paged feature),
+ * k and v are page pools (P, page_size, Hkv, d) holding the same number of keys per sequence. */
+static int bench_inputs(const Options *o, int T, int d, int with_dout, int paged, BenchInputs *in, AttnProblem *p)
 {
     memset(in, 0, sizeof *in);
+    memset(p, 0, sizeof *p);
     const int Tq = o->Tq > 0 ? o->Tq : T, Hkv = o->Hkv > 0 ? o->Hkv : o->H;
+    const int64_t pages = paged ? (int64_t)o->B * ((T + o->page_size - 1) / o->page_size) : 0;
     int64_t q_shape[4] = {o->B, o->H, Tq, d}, kv_shape[4] = {o->B, Hkv, T, d};
+    int64_t pool_shape[4] = {pages, paged ? o->page_size : 0, Hkv, d};
     Tensor *all[4] = {&in->q, &in->k, &in->v, &in->dout};
     Rng rng;
     rng_seed(&rng, BENCH_SEED + (uint64_t)T * 131u + (uint64_t)d);
     for (int i = 0; i < (with_dout ? 4 : 3); i++) {
-        if (tensor_alloc_poisoned(all[i], 4, i == 1 || i == 2 ? kv_shape : q_shape) != 0) {
+        const int64_t *shape = i == 1 || i == 2 ? (paged ? pool_shape : kv_shape) : q_shape;
+        if (tensor_alloc_poisoned(all[i], 4, shape) != 0) {
             bench_inputs_free(in);
             return -1;
         }
-        rng_fill_normal(&rng, all[i]->data, tensor_numel(all[i]), 1.0f);
+        bench_fill_normal(&rng, all[i]->data, tensor_numel(all[i]));
     }
     int64_t sinks_shape[1] = {o->H};
-    if (o->sinks) { /* learned sink logits ~ N(0, 1) */
-        if (tensor_alloc_poisoned(&in->sinks, 1, sinks_shape) != 0) {
-            bench_inputs_free(in);
-            return -1;
-        }
-        rng_fill_normal(&rng, in->sinks.data, tensor_numel(&in->sinks), 1.0f);
+    if ((o->sinks && tensor_alloc_poisoned(&in->sinks, 1, sinks_shape) != 0) ||
+        (paged && bench_page_index(o, T, &rng, in, p) != 0)) {
+        bench_inputs_free(in);
+        return -1;
     }
-    memset(p, 0, sizeof *p);
+    if (o->sinks) /* learned sink logits ~ N(0, 1) */
+        rng_fill_normal(&rng, in->sinks.data, tensor_numel(&in->sinks), 1.0f);
     p->B = o->B, p->Hq = o->H, p->Hkv = Hkv, p->Tq = Tq, p->Tk = T, p->d = d, p->dv = d;
     p->scale = 1.0f / sqrtf((float)d);
     p->causal = o->causal || o->window > 0; /* a window implies causal (DESIGN §3) */
@@ -1358,11 +1404,11 @@ static void bench_print_row(const Options *o, const BenchRow *row, int first)
         printf("%s\n  {\"stage\": \"%s\", \"name\": \"%s\", \"variant\": \"%s\", \"device\": \"%s\", "
                "\"direction\": \"%s\", \"B\": %d, \"Hq\": %d, \"Hkv\": %d, \"Tq\": %d, \"Tk\": %d, \"d\": %d, "
                "\"dv\": %d, \"causal\": %s, \"window\": %d, \"sink_tokens\": %d, \"sinks\": %s, "
-               "\"flops\": %.0f, ",
+               "\"page_size\": %d, \"flops\": %.0f, ",
                first ? "" : ",", row->impl->stage, row->impl->name, row->impl->variant,
                device_name(row->impl->device), row->dir == DIR_BWD ? "bwd" : "fwd", p->B, p->Hq, p->Hkv, p->Tq,
                p->Tk, p->d, p->dv, p->causal ? "true" : "false", p->window, p->sink_tokens,
-               o->sinks ? "true" : "false", row->flops);
+               o->sinks ? "true" : "false", p->page_size, row->flops);
     if (o->json) {
         if (row->error) {
             printf("\"error\": ");
@@ -1401,7 +1447,8 @@ static int bench_one(const Options *o, const StageImpl *impl, int T, int d, Benc
     row->impl = impl;
     row->dir = o->direction == DIR_BWD ? DIR_BWD : DIR_FWD;
     BenchInputs in;
-    if (bench_inputs(o, T, d, row->dir == DIR_BWD, &in, &row->p) != 0)
+    const int paged = o->page_size > 0 && (impl->features & FEAT_PAGED);
+    if (bench_inputs(o, T, d, row->dir == DIR_BWD, paged, &in, &row->p) != 0)
         return fl_fail(err, FL_BAD_INPUT, "out of memory for inputs of T=%d d=%d", T, d);
     row->flops = attention_flops(&row->p, row->dir);
     Outputs x;
@@ -1422,6 +1469,7 @@ static int bench_one(const Options *o, const StageImpl *impl, int T, int d, Benc
     }
     bench_inputs_free(&in);
     row->p.q = row->p.k = row->p.v = row->p.dout = row->p.sinks = NULL;
+    row->p.block_table = row->p.seq_lens = NULL;
     return rc;
 }
 

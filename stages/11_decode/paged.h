@@ -87,12 +87,13 @@ FL_HD static inline Chunk split_chunk(int count, int splits, int s)
     return c;
 }
 
-/* The split heuristic: enough splits that items * splits work items fill `units` workers (the
- * GPU's SMs, the CPU's threads) at least once, but no split shorter than min_keys keys (a split
- * costs a partial O and lse written and read back), and at most 256. */
+/* The split heuristic: as many splits as fit `units` workers (the GPU's resident blocks, the CPU's
+ * threads) in one round, items * splits <= units, so no straggling partial round; at least 1, no
+ * split shorter than min_keys keys (each split costs a partial O and lse written and read back),
+ * and at most 256. */
 static inline int split_count(long items, int units, int max_keys, int min_keys)
 {
-    long want = ((long)units + items - 1) / items;
+    long want = (long)units / items;
     const long longest = ((long)max_keys + min_keys - 1) / min_keys;
     if (want > longest)
         want = longest;
