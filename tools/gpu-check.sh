@@ -27,7 +27,7 @@
 #   SKIP_PAGED=1          no paged decode bench (stage 11 on a paged cache, page size 16, against
 #                         stage 08 on the contiguous problem and SDPA with enable_gqa; Hq = 32,
 #                         Hkv = 8, d = 128, Tq = 1, for each B of PAGED_B and T of PAGED_T)
-#   PAGED_B="1 8 64"  PAGED_T=4096,32768,131072   its sizes
+#   PAGED_B="1 8 64"  PAGED_T=4096,32768,131072   its sizes;  SKIP_PAGED_SDPA=1  without SDPA
 #   REPS=10               timed runs per shape (flashlab and SDPA)
 # Exit status: 0 when every part that ran passed, else 1.
 set -uo pipefail
@@ -288,7 +288,7 @@ if [ "${SKIP_PAGED:-0}" != 1 ] && in_list 11 "$bench_stages"; then
     "$FLASHLAB" bench --device cuda --stages 08,11 --variant "" --B "$b" --H 32 --Hkv 8 --Tq 1 --T "$PAGED_T" --d 128 \
       --causal --page-size 16 --reps "$REPS" --json >"$OUT/paged_b$b.json"
     record "paged decode bench B=$b" $?
-    if [ "${SKIP_SDPA:-0}" != 1 ]; then
+    if [ "${SKIP_PAGED_SDPA:-0}" != 1 ]; then
       python3 tools/sdpa_bench.py --decode --B "$b" --H 32 --Hkv 8 --Tq 1 --T "$PAGED_T" --d 128 --reps "$REPS" \
         --json "$OUT/paged_sdpa_b$b.json"
       record "SDPA decode B=$b" $?
