@@ -87,19 +87,25 @@ FL_HD static inline Chunk split_chunk(int count, int splits, int s)
     return c;
 }
 
-/* The split heuristic: as many splits as fit `units` workers (the GPU's resident blocks, the CPU's
- * threads) in one round, items * splits <= units, so no straggling partial round; at least 1, no
- * split shorter than min_keys keys (each split costs a partial O and lse written and read back),
- * and at most 256. */
+/* The split heuristic. `units` workers (the GPU's resident blocks, the CPU's threads) run the
+ * items * splits work items in rounds of `units`; a last round that is only partly full wastes the
+ * rest. The fill of splits s is items*s / (rounds * units). Take the best fill over s = 1 .. most,
+ * then the fewest splits within 85% of it (each split costs a partial O and lse written and read
+ * back). `most` keeps every split at least min_keys keys long, and at most 256. */
 static inline int split_count(long items, int units, int max_keys, int min_keys)
 {
-    long want = (long)units / items;
-    const long longest = ((long)max_keys + min_keys - 1) / min_keys;
-    if (want > longest)
-        want = longest;
-    if (want > 256)
-        want = 256;
-    return want < 1 ? 1 : (int)want;
+    long most = ((long)max_keys + min_keys - 1) / min_keys;
+    most = most < 1 ? 1 : most > 256 ? 256 : most;
+    double fill[257], best = 0.0;
+    for (long s = 1; s <= most; s++) {
+        const long work = items * s, rounds = (work + units - 1) / units;
+        fill[s] = (double)work / (double)(rounds * units);
+        best = fill[s] > best ? fill[s] : best;
+    }
+    for (long s = 1; s <= most; s++)
+        if (fill[s] >= 0.85 * best)
+            return (int)s;
+    return 1;
 }
 
 #endif
