@@ -449,7 +449,7 @@ static int validate_paged_shapes(const Case *c, FlError *err)
                        "%s: q.npy has Hq = %lld heads and k_pages.npy Hkv = %lld: Hq must be a multiple of Hkv",
                        c->dir, (long long)q->shape[1], (long long)k->shape[2]);
     if (c->problem.page_size != 0 && c->problem.page_size != k->shape[1])
-        return fl_fail(err, FL_BAD_INPUT, "%s: case.json says page_size %d but k_pages.npy holds pages of %lld slots",
+        return fl_fail(err, FL_BAD_INPUT, "%s/case.json: page_size %d, but k_pages.npy holds pages of %lld slots",
                        c->dir, c->problem.page_size, (long long)k->shape[1]);
     return FL_OK;
 }

@@ -1790,7 +1790,8 @@ static const Command commands[] = {
      "supports and its one-line lesson; then whether a CUDA device is available.\n"},
     {"check", cmd_check,
      "flashlab check STAGE [CASE_DIR...] [--device cpu|cuda] [--variant V] [--direction fwd|bwd]\n"
-     "                     [--sram BYTES] [--block-r N] [--block-c N] [--threads N] [--verbose] [--json]",
+     "                     [--sram BYTES] [--block-r N] [--block-c N] [--threads N] [--splits N]\n"
+     "                     [--verbose] [--json]",
      "Runs STAGE (e.g. 3, 03 or 03_tiled) on case folders and compares every output with the case's\n"
      "expected .npy files: |out - ref| <= 1e-4 + 1e-4*|ref| for o and lse, 5e-4 for gradients; NaN/Inf\n"
      "positions must match. Outputs are poisoned with NaN before each run. Prints a header per case, one\n"
@@ -1801,6 +1802,8 @@ static const Command commands[] = {
      "golden/cases of the source tree) that holds q.npy and whose features the stage supports.\n"
      "Stage 09 (MLA) runs the MLA cases instead (folders with ckv.npy, docs/conventions.md) and compares\n"
      "y.npy with the forward tolerance; the other stages skip MLA cases.\n"
+     "Paged decode cases (folders with k_pages.npy, docs/conventions.md) need the paged feature (stage 11);\n"
+     "stage 11 also runs every forward attention case on a contiguous cache.\n"
      "Direction: without --direction a case runs forward+backward when it has do.npy and the stage has a\n"
      "backward pass (o, lse, dq, dk, dv and dsinks are compared), else forward only (o, lse; do.npy is\n"
      "ignored). --direction fwd checks the forward pass only; --direction bwd only cases with do.npy.\n"
@@ -1810,6 +1813,7 @@ static const Command commands[] = {
      "  --sram BYTES        SRAM size M of the tiled CPU stages (65536, 64K, 1M; default 128K)\n"
      "  --block-r/-c N      tile sizes Br, Bc (default: derived from M and d)\n"
      "  --threads N         CPU worker threads (default: all cores)\n"
+     "  --splits N          stage 11: split each sequence's keys into N chunks (default: its heuristic)\n"
      "  --verbose           case descriptions, HBM counts, and the golden cases skipped\n"
      "  --json              a grade report instead of the text (one JSON object on stdout): per case\n"
      "                      its status (pass, fail, error), per tensor max abs / max rel error and the\n"
@@ -1823,13 +1827,15 @@ static const Command commands[] = {
      "77 --device cuda without a CUDA device (prints 'no CUDA device: skipped').\n"},
     {"run", cmd_run,
      "flashlab run STAGE CASE_DIR --out DIR [--device cpu|cuda] [--variant V] [--direction fwd|bwd]\n"
-     "                   [--sram BYTES] [--block-r N] [--block-c N] [--threads N]",
+     "                   [--sram BYTES] [--block-r N] [--block-c N] [--threads N] [--splits N]",
      "Runs STAGE on any case folder (case.json optional, q.npy k.npy v.npy, optional do.npy and\n"
      "sinks.npy; expected files are not needed) and writes float32 o.npy and lse.npy into DIR, plus\n"
      "dq.npy dk.npy dv.npy (and dsinks.npy with sinks.npy) when do.npy is present and the stage has a\n"
      "backward pass (--direction fwd skips it). DIR is created if missing. Everything is computed before\n"
      "any file is written; if a write fails, the files already written are removed.\n"
      "An MLA case (x.npy, ckv.npy, kpe.npy and the w_*.npy weights; stage 09 only) writes y.npy.\n"
+     "A paged decode case (q.npy, k_pages.npy, v_pages.npy, int32 block_table.npy and seq_lens.npy,\n"
+     "optional sinks.npy; stage 11 only) writes o.npy and lse.npy.\n"
      "Exit: 0 ok; 2 bad usage or bad input; 3 the case needs a feature the stage lacks; 77 no CUDA device.\n"},
     {"tour", cmd_tour, "flashlab tour [--device cpu|cuda|all] [--sram BYTES] [--threads N]",
      "Runs every registered implementation, in ladder order, on the golden case golden/cases/tour and\n"
@@ -1848,13 +1854,16 @@ static const Command commands[] = {
      "flashlab bench [--device cpu|cuda] [--stages 01,02,03] [--T 512,1024,2048,4096] [--B 1] [--H 8]\n"
      "               [--Hkv N] [--Tq N] [--d 64] [--causal] [--window W] [--sink-tokens S] [--sinks]\n"
      "               [--direction fwd|bwd] [--variant V] [--reps N] [--sram BYTES] [--block-r N]\n"
-     "               [--block-c N] [--threads N] [--json]\n"
+     "               [--block-c N] [--threads N] [--json] [--page-size N] [--splits N]\n"
      "               [--latent M] [--rope-dim P] [--model-dim D] [--q-rank MQ]     (stage 09)",
      "Times the stages on seeded random problems: q (B, H, Tq, d), k and v (B, Hkv, T, d), d = dv.\n"
      "By default Tq = T and Hkv = H (self-attention); --Tq 1 --Hkv 8 --H 32 is a GQA decode step\n"
      "(stages without the gqa feature then report the row as unsupported). --window W (implies\n"
      "--causal), --sink-tokens S and --sinks (learned sink logits, seeded N(0, 1)) ask for stage 10.\n"
      "--variant V benches only that variant of each stage ('' = the default one).\n"
+     "--page-size N gives the stages with the paged feature (11) a paged KV cache instead: every sequence's\n"
+     "T keys in pages of N slots, pages in a seeded shuffled order (the other stages keep contiguous K/V);\n"
+     "--splits N fixes stage 11's split count. Inputs above 2^24 elements repeat their first 2^24 values.\n"
      "For each (stage implementation, T, d): one counting run (HBM bytes, extra memory) and a timed\n"
      "run: the median of --reps runs after one warm-up, counting off. Prints time in ms, GFLOP/s\n"
      "(TFLOP/s on cuda), HBM bytes read and written, and extra memory, one row per run as it finishes;\n"
