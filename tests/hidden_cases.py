@@ -10,8 +10,8 @@ Writes the cases with --seed N (default 1) into WORK and checks that
       the committed one, and block_table.npy (the page order, drawn from the seed) may by chance
       coincide on a small pool, so it is not required to differ;
   (c) `flashlab check 07` passes on every causal or plain hidden case (Hq = Hkv, no window, sink
-      tokens or learned sinks) and `flashlab check 09` on every mla_* one: the stages are correct,
-      so they pass on any seed;
+      tokens or learned sinks), `flashlab check 09` on every mla_* one and `flashlab check 11` on
+      every paged_* one: the stages are correct, so they pass on any seed;
   (d) --seed without --out, with --out at the committed golden/cases (spelled another way) and
       with a negative N exits 2 with one line and writes nothing. These refusals run on a copy of
       the generator in WORK, so a broken refusal writes into the copy's golden/cases, never into
@@ -161,9 +161,10 @@ def stages_pass(flashlab, hidden):
     names = case_dirs(hidden)
     s07 = [os.path.join(hidden, n) for n in names if plain_or_causal(os.path.join(hidden, n))]
     s09 = [os.path.join(hidden, n) for n in names if n.startswith("mla_")]
+    s11 = [os.path.join(hidden, n) for n in names if n.startswith("paged_")]
     check(any(p.endswith("/tour") for p in s07) and any(p.endswith("/causal_t1") for p in s07)
-          and len(s09) >= 1, f"case selection looks wrong: 07 {s07}, 09 {s09}")
-    for stage, dirs in (("07", s07), ("09", s09)):
+          and len(s09) >= 1 and len(s11) >= 1, f"case selection looks wrong: 07 {s07}, 09 {s09}, 11 {s11}")
+    for stage, dirs in (("07", s07), ("09", s09), ("11", s11)):
         r = run([flashlab, "check", stage] + dirs)
         last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else "(no output)"
         if check(r.returncode == 0, f"flashlab check {stage} on {len(dirs)} hidden cases exited "
