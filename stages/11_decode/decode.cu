@@ -22,7 +22,9 @@
  *   P V     the same warp and rows; lane l owns output columns l + 32q (q < D/32); P_ij comes from
  *           lane j by a shuffle, V_j row j is read once per warp for its rows.
  * Shared memory (floats): Qs (BR, D+4), and two stages of Ks (BC, D+4) and Vs (BC, D): the next
- * tile's cp.async copies run while this one is computed. The +4 pad puts the 8 rows a quarter warp
+ * tile's cp.async copies run while this one is computed. Where a tile's rows are (paged.h:
+ * kv_offset, through the block table) is worked out two tiles ahead, one lane of warp 0 per key,
+ * into a ring of three row-index arrays, so each 16-byte copy only reads its row's index. The +4 pad puts the 8 rows a quarter warp
  * reads as float4 on distinct banks. Head dims are zero-padded to D = 32, 64, 96 or 128. */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -60,20 +62,25 @@ template <int D_> struct DecodeTile {
     static_assert(BC == 32, "one key per lane");
 };
 
-// Issues the cp.async copies of keys [k0, k0 + n) of the span (numbered across its runs) into one
-// stage's Ks and Vs, each row found through the block table (kv_offset); rows past n are zeros.
+// Where a tile's keys are: the row index of key number k of the span (numbered across its runs),
+// kv_offset in rows, so the key starts at k + index * d and its value at v + index * dv; -1 for a
+// number at or past `end` (a short last tile). One lane per key: the block table is read once per
+// key row here, not once per 16-byte copy.
+__device__ long long key_row_index(const AttnProblem &p, int b, int kvh, KeySpan span, int k, int end)
+{
+    return k < end ? (long long)kv_offset(&p, b, kvh, span_key(span, k), 1) : -1;
+}
+
+// Issues the cp.async copies of one tile into a stage's Ks and Vs: row r from the row index
+// rows[r] (key_row_index, computed ahead into shared memory); missing rows become zeros.
 template <class T>
-__device__ void load_keys(float *Ks, float *Vs, const DecodeArgs &a, int b, int kvh, KeySpan span,
-                          int k0, int n, int tid)
+__device__ void load_keys(float *Ks, float *Vs, const DecodeArgs &a, const long long *rows, int tid)
 {
     const AttnProblem &p = a.p;
-    const auto key_row = [&](int r, const float *base, int width) -> const float * {
-        return r < n ? base + kv_offset(&p, b, kvh, span_key(span, k0 + r), width) : nullptr;
-    };
-    load_rows<T::BC, T::D, T::KS, T::NT>(Ks, [&](int r) { return key_row(r, p.k, p.d); }, p.k, p.d,
-                                         a.vec_k, tid);
-    load_rows<T::BC, T::D, T::VS, T::NT>(Vs, [&](int r) { return key_row(r, p.v, p.dv); }, p.v, p.dv,
-                                         a.vec_v, tid);
+    load_rows<T::BC, T::D, T::KS, T::NT>(
+        Ks, [&](int r) { return rows[r] >= 0 ? p.k + rows[r] * p.d : nullptr; }, p.k, p.d, a.vec_k, tid);
+    load_rows<T::BC, T::D, T::VS, T::NT>(
+        Vs, [&](int r) { return rows[r] >= 0 ? p.v + rows[r] * p.dv : nullptr; }, p.v, p.dv, a.vec_v, tid);
 }
 
 // Bytes one tile reads: its K and V rows, and for a paged cache the block-table entry of every
@@ -96,6 +103,7 @@ __global__ void __launch_bounds__(T::NT) split_kernel(DecodeArgs a)
     extern __shared__ float4 smem4[];
     float *Qs = reinterpret_cast<float *>(smem4); // Q_i  (BR, D)
     float *stages = Qs + BR * T::QS;              // two stages of K_j (BC, D), V_j (BC, D)
+    __shared__ long long ring[3][BC];             // row indices of tiles t, t + 1, t + 2
 
     const AttnProblem &p = a.p;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -107,11 +115,15 @@ __global__ void __launch_bounds__(T::NT) split_kernel(DecodeArgs a)
     const Chunk chunk = split_chunk(span_count(span), a.splits, split);
     const int n_tiles = (chunk.end - chunk.first + BC - 1) / BC;
 
-    // Prologue: Q_i and the first K/V tile in flight
+    // Prologue: the row indices of tiles 0 and 1 (warp 0, a lane per key), then Q_i and tile 0 in
+    // flight. From then on tile t + 2's indices are read from the block table during tile t.
+    if (warp == 0)
+        for (int t = 0; t < 2; t++)
+            ring[t][lane] = key_row_index(p, b, kvh, span, chunk.first + t * BC + lane, chunk.end);
+    __syncthreads();
     load_tile<BR, D, T::QS, T::NT>(Qs, p.q + ((size_t)g * a.R + i0) * p.d, rows, p.d, a.vec_q, tid);
     if (n_tiles > 0)
-        load_keys<T>(stages, stages + BC * T::KS, a, b, kvh, span, chunk.first,
-                     min(BC, chunk.end - chunk.first), tid);
+        load_keys<T>(stages, stages + BC * T::KS, a, ring[0], tid);
     cp_async_commit();
     if (tid == 0)
         hbm_dev_add(a.hbm, HBM_READ, (unsigned long long)rows * p.d * sizeof(float) +
@@ -140,9 +152,12 @@ __global__ void __launch_bounds__(T::NT) split_kernel(DecodeArgs a)
         const float *Ks = stages + (t & 1) * T::STAGE_FLOATS, *Vs = Ks + BC * T::KS;
         if (t + 1 < n_tiles) { // tile t + 1 streams into the other stage while this one is computed
             float *Kn = stages + ((t + 1) & 1) * T::STAGE_FLOATS;
-            load_keys<T>(Kn, Kn + BC * T::KS, a, b, kvh, span, k0 + BC, min(BC, chunk.end - k0 - BC), tid);
+            load_keys<T>(Kn, Kn + BC * T::KS, a, ring[(t + 1) % 3], tid);
         }
         cp_async_commit();
+        // Tile t + 2's row indices: read now, stored after this tile's math (the read's latency
+        // hides behind it); the next iteration's barrier publishes them.
+        const long long ahead = warp == 0 ? key_row_index(p, b, kvh, span, k0 + 2 * BC + lane, chunk.end) : -1;
         if (tid == 0 && a.hbm)
             hbm_dev_add(a.hbm, HBM_READ, tile_bytes(p, b, span, k0, n));
 
@@ -188,12 +203,16 @@ __global__ void __launch_bounds__(T::NT) split_kernel(DecodeArgs a)
                 v[q] = Vs[j * T::VS + lane + 32 * q];
 #pragma unroll
             for (int i = 0; i < RPW; i++) {
+                if (warp + NW * i >= rows)
+                    continue; // warp-uniform, as above
                 const float pj = __shfl_sync(0xffffffffu, s[i], j);
 #pragma unroll
                 for (int q = 0; q < CPL; q++)
                     o[i][q] += pj * v[q];
             }
         }
+        if (warp == 0)
+            ring[(t + 2) % 3][lane] = ahead;
     }
 
     // The chunk's result: O_s = Õ / l, lse_s = (m + log2 l) ln 2; a chunk that saw no key gives
