@@ -456,6 +456,14 @@ static int outputs_alloc(const AttnProblem *p, Outputs *x, FlError *err)
     return FL_OK;
 }
 
+/* Why impl has no backward pass: a stage before 06 has not reached it yet; a later one (11, the
+ * decoding step) is forward only by design. */
+static const char *no_backward_reason(const StageImpl *impl)
+{
+    return strcmp(impl->stage, attn_feature_added_by(FEAT_BACKWARD)) < 0 ? "stage 06 adds it"
+                                                                          : "it is a forward-only stage";
+}
+
 /* The direction a case runs in: forward-only stages, or --direction fwd, ignore do.npy. */
 static Direction case_direction(const Options *o, const StageImpl *impl, const Case *c)
 {
@@ -898,8 +906,8 @@ static int cmd_check(Options *o)
             fprintf(stderr, "flashlab check: stage %s (%s) computes an MLA step forward only: no backward pass\n",
                     impl->stage, impl->name);
         else
-            fprintf(stderr, "flashlab check: stage %s (%s) has no backward pass; stage %s adds it\n", impl->stage,
-                    impl->name, attn_feature_added_by(FEAT_BACKWARD));
+            fprintf(stderr, "flashlab check: stage %s (%s) has no backward pass; %s\n", impl->stage,
+                    impl->name, no_backward_reason(impl));
         return FL_UNSUPPORTED;
     }
     CheckTally tally = {0, 0, 0, FL_OK, 0};
@@ -1081,8 +1089,8 @@ static int cmd_run(Options *o)
     }
     Direction dir = case_direction(o, impl, &c);
     if (c.problem.dout && dir == DIR_FWD && o->direction != DIR_FWD)
-        fprintf(stderr, "flashlab run: note: stage %s has no backward pass (stage %s adds it); do.npy ignored\n",
-                impl->stage, attn_feature_added_by(FEAT_BACKWARD));
+        fprintf(stderr, "flashlab run: note: stage %s has no backward pass (%s); do.npy ignored\n",
+                impl->stage, no_backward_reason(impl));
     AttnProblem p = problem_for(&c, dir);
     Outputs x;
     RunCtx ctx = run_ctx(o);

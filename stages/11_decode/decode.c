@@ -109,7 +109,8 @@ static int longest_span(const AttnProblem *p)
     return span_count(key_span(tile_runs(c, 0, (int)packed_rows(p))));
 }
 
-/* Splits: ctx->splits, or enough work items for every thread, each split >= 4 tiles of keys. */
+/* Splits: ctx->splits, or split_count (paged.h) with the worker threads as the units to fill and
+ * every split at least 4 tiles of keys long. */
 static int split_plan(const AttnProblem *p, const RunCtx *ctx, const Blocking *b)
 {
     if (ctx->splits > 0)

@@ -12,8 +12,9 @@
  *                   lse when there is one split).
  *   combine_kernel  one warp per output row: lse = log sum_s exp(lse_s), O = sum_s exp(lse_s - lse) O_s.
  *
- * The split count fills the GPU once: splits = (SMs * resident blocks per SM) / (B * Hkv * query
- * blocks), at least 1, with every split at least 512 keys (paged.h: split_count); --splits overrides.
+ * The split count (paged.h: split_count) fills the GPU's resident blocks (SMs * blocks per SM,
+ * from the occupancy API) in rounds as full as possible, with the fewest splits within 85% of the
+ * best fill and every split at least 512 keys; --splits overrides it.
  *
  * Threads and tiles (DecodeTile): 128 threads = 4 warps, BR = 16 query rows, BC = 32 keys a tile.
  *   scores  warp w owns rows w + 4i (i < 4); lane l owns key l of the tile, so a row's 32 scores
