@@ -1,0 +1,108 @@
+/* stage_files.c — stage folders and their files (see stage_files.h). */
+#include "stage_files.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+const char *const stage_file_kinds[] = {".h", ".c", ".cu", "README.md", NULL};
+
+int stage_arg_looks_like_stage(const char *arg)
+{
+    size_t digits = strspn(arg, "0123456789");
+    return digits >= 1 && digits <= 2 && (arg[digits] == '\0' || arg[digits] == '_');
+}
+
+void stage_path(const char *folder, const char *file, char *path, size_t len)
+{
+    snprintf(path, len, "%s/stages/%s%s%s", FLASHLAB_SOURCE_DIR, folder, file ? "/" : "", file ? file : "");
+}
+
+int stage_folder_find(const char *arg, char *folder, size_t len, FlError *err)
+{
+    if (!stage_arg_looks_like_stage(arg))
+        return fl_fail(err, FL_BAD_INPUT, "'%s' is not a stage number like 06 or 06_backward", arg);
+    const size_t digits = strspn(arg, "0123456789");
+    char number[3];
+    snprintf(number, sizeof number, "%s%.*s", digits == 1 ? "0" : "", (int)digits, arg);
+    char stages[4096];
+    stage_path("", NULL, stages, sizeof stages);
+    struct dirent **entries;
+    int n = scandir(stages, &entries, NULL, alphasort);
+    if (n < 0)
+        return fl_fail(err, FL_BAD_INPUT, "%s: cannot read the folder (%s)", stages, strerror(errno));
+    int found = 0;
+    for (int i = 0; i < n; i++) {
+        const char *base = entries[i]->d_name;
+        if (!found && strncmp(base, number, 2) == 0 && base[2] == '_' &&
+            (arg[digits] == '\0' || !strcmp(base + 2, arg + digits))) {
+            snprintf(folder, len, "%s", base);
+            found = 1;
+        }
+        free(entries[i]);
+    }
+    free(entries);
+    if (!found)
+        return fl_fail(err, FL_BAD_INPUT, "no folder %s/stages/%s_*", FLASHLAB_SOURCE_DIR, number);
+    return FL_OK;
+}
+
+static int is_kind(const char *file, const char *kind)
+{
+    if (kind[0] != '.')
+        return !strcmp(file, kind);
+    size_t n = strlen(file), k = strlen(kind);
+    return n > k && !strcmp(file + n - k, kind);
+}
+
+void stage_files_list(const char *folder, const char *kind, StageFiles *files)
+{
+    char path[4096];
+    stage_path(folder, NULL, path, sizeof path);
+    struct dirent **entries;
+    int n = scandir(path, &entries, NULL, alphasort);
+    files->count = 0;
+    for (int i = 0; i < n; i++) {
+        if (files->count < STAGE_MAX_FILES && is_kind(entries[i]->d_name, kind))
+            snprintf(files->names[files->count++], STAGE_NAME_LEN, "%s", entries[i]->d_name);
+        free(entries[i]);
+    }
+    if (n >= 0)
+        free(entries);
+}
+
+int stage_files_partner(const StageFiles *mine, int index, const StageFiles *other)
+{
+    if (mine->count == 1 && other->count == 1)
+        return 0;
+    for (int i = 0; i < other->count; i++)
+        if (!strcmp(other->names[i], mine->names[index]))
+            return i;
+    return -1;
+}
+
+int stage_run_program(const char *const argv[], const char *cwd, int out_fd, FlError *err)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0)
+        return fl_fail(err, -1, "cannot start %s (%s)", argv[0], strerror(errno));
+    if (pid == 0) {
+        if ((!cwd || chdir(cwd) == 0) && (out_fd == STDOUT_FILENO || dup2(out_fd, STDOUT_FILENO) >= 0))
+            execvp(argv[0], (char *const *)argv);
+        fprintf(stderr, "cannot run the system '%s' (%s)\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return fl_fail(err, -1, "lost track of %s (%s)", argv[0], strerror(errno));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) == 127)
+        return fl_fail(err, -1, "the system '%s' could not run or was killed", argv[0]);
+    return WEXITSTATUS(status);
+}
