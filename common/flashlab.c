@@ -1,4 +1,4 @@
-/* flashlab.c — the command-line tool: list, check, run, tour, bench, diff (DESIGN §5).
+/* flashlab.c — the command-line tool: list, check, run, tour, bench, diff, exercise (DESIGN §5).
  *
  * Every subcommand turns harness statuses into exit codes: 0 ok, 1 a check failed, 2 bad usage or
  * bad input, 3 the stage lacks a feature the case asks for, 77 no CUDA device. Errors are one line
@@ -19,6 +19,7 @@
 #include "case.h"
 #include "check.h"
 #include "error.h"
+#include "exercise.h"
 #include "hbm.h"
 #include "npy.h"
 #include "random.h"
@@ -1637,6 +1638,19 @@ static int cmd_diff(Options *o)
     return rc;
 }
 
+/* ==== exercise ================================================================================= */
+
+static int cmd_exercise(Options *o)
+{
+    if (o->npositional != 2)
+        return usage_error("exercise", "needs a stage and a folder, e.g. 'flashlab exercise 07 ex07'%s", "");
+    FlError err = {{0}};
+    int rc = exercise_write(o->positional[0], o->positional[1], &err);
+    if (rc != FL_OK)
+        fprintf(stderr, "flashlab exercise: %s\n", err.msg);
+    return rc;
+}
+
 /* ==== help and dispatch ======================================================================= */
 
 typedef struct {
@@ -1743,6 +1757,23 @@ static const Command commands[] = {
      "A file new in B is shown in full as added lines (diff against /dev/null); a file only in A is\n"
      "named. A and B are stage numbers or folder names (6, 06, 06_backward).\n"
      "Exit: 0 (differences are the point); 2 a stage folder does not exist or diff cannot run.\n"},
+    {"exercise", cmd_exercise, "flashlab exercise STAGE DIR",
+     "Writes a student copy of STAGE into DIR (a new or empty folder): the stage's .c, .cu and .h files\n"
+     "with the lesson taken out as numbered TODO blocks, '// TODO(exercise K/N, stage NN): ...' to\n"
+     "'// END TODO(exercise K/N)'; a README.md with the task and the commands; a CMakeLists.txt.\n"
+     "A file that continues a file of the stage it was copied from (the stage's README names it in\n"
+     "'flashlab diff MM NN') gets one block per change of that diff, holding stage MM's lines, live,\n"
+     "so the copy compiles; changes to comments only and the StageImpl registration keep stage NN's\n"
+     "lines. A file with exercise markers ('exercise: begin' ... 'exercise: end', docs/adding_a_stage.md)\n"
+     "gets one block per marked region instead, with the marker's stub as its only code; a new file\n"
+     "with neither is copied as it is. The copy compiles and fails the stage's checks until the TODOs\n"
+     "are done.\n"
+     "Build it as variant 'student' of its stage: cmake --preset default -DFLASHLAB_STUDENT_DIR=DIR; then\n"
+     "'ctest -R stageNN' runs its tests too and 'flashlab check NN --variant student' checks it (run by\n"
+     "build/flashlab_student, which flashlab hands every --variant student* request to).\n"
+     "Files are written to a temporary folder beside DIR and renamed to DIR at the end: a failure\n"
+     "leaves nothing behind. docs/teaching.md describes the whole course set-up.\n"
+     "Exit: 0 ok; 2 bad usage, an unknown stage, DIR exists and is not empty, or the stage gives no TODO.\n"},
 };
 #define NCOMMANDS (int)(sizeof commands / sizeof commands[0])
 
@@ -1761,6 +1792,9 @@ static void print_main_help(FILE *f)
 
 int main(int argc, char **argv)
 {
+    int forwarded = exercise_forward_to_student_build(argc, argv);
+    if (forwarded >= 0)
+        return forwarded;
     if (argc < 2) {
         print_main_help(stderr);
         return FL_BAD_INPUT;
