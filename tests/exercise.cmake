@@ -1,0 +1,46 @@
+# The acceptance tests of `flashlab exercise` (docs/teaching.md): for every stage folder and each of
+# its devices, exercise_NN_<cpu|cuda> writes the student copy, builds it as variant student in a
+# scratch build tree under this build folder, requires the copy to fail its check (exit 1) and the
+# unmodified stage, copied in, to pass (exit 0). Labels "exercise;stageNN", so `ctest -R stage07`
+# and `ctest -L exercise` run them. The CUDA ones are labelled gpu and skip (77) without a device,
+# after building the copy. One scratch tree per device, shared by that device's tests (a resource
+# lock runs them one at a time); the CUDA tree compiles for one architecture only.
+#
+# Not registered in a sanitizer build: there they would build and run unsanitized scratch trees,
+# which the sanitize workflow is not about. The generator itself runs under the sanitizers there
+# in cli_exercise_* below.
+set(exercise_script sh ${CMAKE_CURRENT_SOURCE_DIR}/exercise_stage.sh)
+set(exercise_scratch ${CMAKE_CURRENT_BINARY_DIR}/exercise_scratch)
+
+# The one architecture of the CUDA scratch tree: the last (newest) one this build compiles for.
+set(exercise_cuda_arch "")
+if(FLASHLAB_HAVE_CUDA)
+  list(GET CMAKE_CUDA_ARCHITECTURES -1 exercise_cuda_arch)
+endif()
+
+if(NOT FLASHLAB_SANITIZE)
+  file(GLOB exercise_stage_dirs LIST_DIRECTORIES true ${PROJECT_SOURCE_DIR}/stages/[0-9][0-9]_*)
+  list(SORT exercise_stage_dirs)
+  foreach(dir ${exercise_stage_dirs})
+    get_filename_component(folder ${dir} NAME)
+    string(SUBSTRING ${folder} 0 2 number)
+    file(GLOB c_files ${dir}/*.c)
+    file(GLOB cu_files ${dir}/*.cu)
+    if(c_files)
+      add_test(NAME exercise_${number}_cpu
+               COMMAND ${exercise_script} $<TARGET_FILE:flashlab> ${PROJECT_SOURCE_DIR}
+                       ${exercise_scratch}/cpu ${number} cpu
+                       -DCMAKE_BUILD_TYPE=Release -DFLASHLAB_CUDA=OFF)
+      set_tests_properties(exercise_${number}_cpu PROPERTIES LABELS "exercise;stage${number};cpu"
+                           RESOURCE_LOCK exercise_scratch_cpu)
+    endif()
+    if(cu_files AND FLASHLAB_HAVE_CUDA)
+      add_test(NAME exercise_${number}_cuda
+               COMMAND ${exercise_script} $<TARGET_FILE:flashlab> ${PROJECT_SOURCE_DIR}
+                       ${exercise_scratch}/cuda ${number} cuda
+                       -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=${exercise_cuda_arch})
+      set_tests_properties(exercise_${number}_cuda PROPERTIES LABELS "exercise;stage${number};gpu"
+                           RESOURCE_LOCK exercise_scratch_cuda SKIP_RETURN_CODE 77)
+    endif()
+  endforeach()
+endif()
