@@ -592,9 +592,10 @@ static void write_readme(const Exercise *ex, const char *final_dir, Buf *out)
                "```sh\n"
                "cmake --preset default -DFLASHLAB_STUDENT_DIR=%s\n"
                "cmake --build --preset default\n"
-               "ctest --test-dir build -R stage%s_student_build   # compiles your copy; shows the compiler's errors\n"
-               "```\n\n",
-               ex->number, final_dir, ex->number);
+               "ctest --test-dir build -R student_build            # compiles your copy; shows the compiler's errors\n"
+               "```\n\n"
+               "Only your copy is built by that test: if it does not compile, the rest of the build still works.\n\n",
+               ex->number, final_dir);
     buf_printf(out,
                "## Test\n\n"
                "```sh\n"
@@ -608,8 +609,8 @@ static void write_readme(const Exercise *ex, const char *final_dir, Buf *out)
                "## Grading\n\n"
                "Your instructor runs the same checks on cases you have not seen, drawn from another seed:\n\n"
                "```sh\n"
-               "python3 golden/make_golden.py --seed 1234 --out /tmp/hidden\n"
-               "build/flashlab check %s /tmp/hidden/* --variant student --json\n"
+               "python3 golden/make_golden.py --seed N --out /tmp/hidden     # N: the instructor's secret\n"
+               "FLASHLAB_GOLDEN=/tmp/hidden build/flashlab check %s --variant student --json\n"
                "```\n\n"
                "(docs/teaching.md in the source tree describes the whole course set-up.)\n",
                ex->number);

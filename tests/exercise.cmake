@@ -1,5 +1,5 @@
 # The acceptance tests of `flashlab exercise` (docs/teaching.md): for every stage folder and each of
-# its devices, exercise_NN_<cpu|cuda> writes the student copy, builds it as variant student in a
+# its devices, stageNN_name_exercise_<cpu|cuda> writes the student copy, builds it as variant student in a
 # scratch build tree under this build folder, requires the copy to fail its check (exit 1) and the
 # unmodified stage, copied in, to pass (exit 0). Labels "exercise;stageNN", so `ctest -R stage07`
 # and `ctest -L exercise` run them. The CUDA ones are labelled gpu and skip (77) without a device,
@@ -27,20 +27,26 @@ if(NOT FLASHLAB_SANITIZE)
     file(GLOB c_files ${dir}/*.c)
     file(GLOB cu_files ${dir}/*.cu)
     if(c_files)
-      add_test(NAME exercise_${number}_cpu
+      add_test(NAME stage${folder}_exercise_cpu
                COMMAND ${exercise_script} $<TARGET_FILE:flashlab> ${PROJECT_SOURCE_DIR}
                        ${exercise_scratch}/cpu ${number} cpu
                        -DCMAKE_BUILD_TYPE=Release -DFLASHLAB_CUDA=OFF)
-      set_tests_properties(exercise_${number}_cpu PROPERTIES LABELS "exercise;stage${number};cpu"
+      set_tests_properties(stage${folder}_exercise_cpu PROPERTIES LABELS "exercise;stage${number};cpu"
                            RESOURCE_LOCK exercise_scratch_cpu)
     endif()
     if(cu_files AND FLASHLAB_HAVE_CUDA)
-      add_test(NAME exercise_${number}_cuda
+      add_test(NAME stage${folder}_exercise_cuda
                COMMAND ${exercise_script} $<TARGET_FILE:flashlab> ${PROJECT_SOURCE_DIR}
                        ${exercise_scratch}/cuda ${number} cuda
                        -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=${exercise_cuda_arch})
-      set_tests_properties(exercise_${number}_cuda PROPERTIES LABELS "exercise;stage${number};gpu"
+      set_tests_properties(stage${folder}_exercise_cuda PROPERTIES LABELS "exercise;stage${number};gpu"
                            RESOURCE_LOCK exercise_scratch_cuda SKIP_RETURN_CODE 77)
     endif()
   endforeach()
 endif()
+
+# The generator on every stage and its refusals (no build; also in the sanitizer build).
+add_test(NAME cli_exercise
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cli_exercise.sh $<TARGET_FILE:flashlab> ${PROJECT_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/cli_work/exercise)
+set_tests_properties(cli_exercise PROPERTIES LABELS "cli;cpu;exercise")
