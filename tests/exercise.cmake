@@ -18,6 +18,17 @@ if(FLASHLAB_HAVE_CUDA)
   list(GET CMAKE_CUDA_ARCHITECTURES -1 exercise_cuda_arch)
 endif()
 
+# What this build found goes to the scratch trees too (compilers, BLAS, cJSON, search paths), so
+# that they configure wherever this one did (e.g. with the dependencies unpacked off the system).
+set(exercise_found "")
+foreach(var CMAKE_C_COMPILER CMAKE_CUDA_COMPILER CMAKE_PREFIX_PATH BLAS_LIBRARIES CBLAS_INCLUDE_DIR
+            CJSON_INCLUDE_DIR CJSON_LIBRARIES CMAKE_DISABLE_FIND_PACKAGE_cJSON)
+  if(DEFINED ${var} AND NOT "${${var}}" STREQUAL "")
+    string(REPLACE ";" "$<SEMICOLON>" value "${${var}}")
+    list(APPEND exercise_found "-D${var}=${value}")
+  endif()
+endforeach()
+
 if(NOT FLASHLAB_SANITIZE)
   file(GLOB exercise_stage_dirs LIST_DIRECTORIES true ${PROJECT_SOURCE_DIR}/stages/[0-9][0-9]_*)
   list(SORT exercise_stage_dirs)
@@ -30,7 +41,7 @@ if(NOT FLASHLAB_SANITIZE)
       add_test(NAME stage${folder}_exercise_cpu
                COMMAND ${exercise_script} $<TARGET_FILE:flashlab> ${PROJECT_SOURCE_DIR}
                        ${exercise_scratch}/cpu ${number} cpu
-                       -DCMAKE_BUILD_TYPE=Release -DFLASHLAB_CUDA=OFF)
+                       -DCMAKE_BUILD_TYPE=Release -DFLASHLAB_CUDA=OFF ${exercise_found})
       set_tests_properties(stage${folder}_exercise_cpu PROPERTIES LABELS "exercise;stage${number};cpu"
                            RESOURCE_LOCK exercise_scratch_cpu)
     endif()
@@ -38,7 +49,8 @@ if(NOT FLASHLAB_SANITIZE)
       add_test(NAME stage${folder}_exercise_cuda
                COMMAND ${exercise_script} $<TARGET_FILE:flashlab> ${PROJECT_SOURCE_DIR}
                        ${exercise_scratch}/cuda ${number} cuda
-                       -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=${exercise_cuda_arch})
+                       -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=${exercise_cuda_arch}
+                       ${exercise_found})
       set_tests_properties(stage${folder}_exercise_cuda PROPERTIES LABELS "exercise;stage${number};gpu"
                            RESOURCE_LOCK exercise_scratch_cuda SKIP_RETURN_CODE 77)
     endif()

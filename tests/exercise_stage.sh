@@ -10,7 +10,7 @@
 #      exit 0.
 # With DEVICE cuda and no CUDA device, step 3 exits 77 and so does this script, after step 2 has
 # shown that the copy compiles. The scratch tree is kept between runs, so only the copy's files,
-# flashlab.c and the link are rebuilt after the first run.
+# flashlab.c and the link are rebuilt after the first run. FLASHLAB_EXERCISE_JOBS: build jobs (2).
 set -u
 flashlab=$1 source=$2 scratch=$3 stage=$4 device=$5
 shift 5
@@ -28,7 +28,7 @@ fail() {
 build_copy() {
     cmake -S "$source" -B "$tree" -DFLASHLAB_STUDENT_DIR="$copy" "$@" > "$log" 2>&1 ||
         { tail -n 30 "$log"; fail "configuring the scratch build failed"; }
-    cmake --build "$tree" --target flashlab_student --parallel 2 > "$log" 2>&1 ||
+    cmake --build "$tree" --target flashlab_student --parallel "${FLASHLAB_EXERCISE_JOBS:-2}" > "$log" 2>&1 ||
         { grep -E -A3 'error|Error' "$log" | head -n 40; fail "the copy in $copy does not compile"; }
 }
 
