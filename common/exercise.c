@@ -14,8 +14,8 @@
 #include "attn.h"
 #include "stage_files.h"
 
-#define MARKER_BEGIN "exercise: begin"
-#define MARKER_END "exercise: end"
+#define MARKER_BEGIN STAGE_MARKER_BEGIN
+#define MARKER_END STAGE_MARKER_END
 #define STUB_SEPARATOR "| stub:"
 #define MAX_BASES 4
 
@@ -136,11 +136,6 @@ static int is_comment_line(const char *line, size_t len)
     return n >= 1 && s[0] == '*' && (n == 1 || s[1] == ' ' || s[1] == '/');
 }
 
-static int is_marker_line(const char *line, size_t len)
-{
-    return line_has(line, len, MARKER_BEGIN) || line_has(line, len, MARKER_END);
-}
-
 static int has_markers(const char *text)
 {
     return strstr(text, MARKER_BEGIN) != NULL;
@@ -227,26 +222,6 @@ static int run_group_diff(const char *old_path, const char *new_path, const char
                                         : fl_fail(err, FL_BAD_INPUT, "diff %s %s failed: %s", old_path,
                                                   new_path, status < 0 ? err->msg : "exit status > 1");
     unlink(scratch);
-    return rc;
-}
-
-/* The base file without exercise marker lines (they are not part of any lesson), into scratch. */
-static int write_without_markers(const char *path, const char *scratch, FlError *err)
-{
-    Buf in = {0}, out = {0};
-    int rc = read_text(path, &in, err);
-    size_t pos = 0, len;
-    const char *line;
-    buf_add(&out, "", 0);
-    while (rc == FL_OK && next_line(in.text, &pos, &line, &len))
-        if (!is_marker_line(line, len)) {
-            buf_add(&out, line, len);
-            buf_add(&out, "\n", 1);
-        }
-    if (rc == FL_OK)
-        rc = write_text(scratch, &out, err);
-    buf_free(&in);
-    buf_free(&out);
     return rc;
 }
 
@@ -506,7 +481,7 @@ static int load_files(Exercise *ex, const char *scratch_dir, FlError *err)
             if (f->made_from != MADE_FROM_HUNKS)
                 continue;
             stage_path(f->base_folder, f->base_name, base_path, sizeof base_path);
-            rc = write_without_markers(base_path, plain_base, err);
+            rc = stage_copy_without_markers(base_path, plain_base, err);
             if (rc == FL_OK)
                 rc = run_group_diff(plain_base, path, stream, &f->hunks, err);
             unlink(plain_base);

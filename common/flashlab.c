@@ -1572,14 +1572,40 @@ static int cmd_bench(Options *o)
 
 /* ==== diff ===================================================================================== */
 
-/* `diff -u a b` run in the source folder, so the labels are the relative paths. Lines that are only
- * exercise markers (docs/adding_a_stage.md) are no part of the lesson: changes made of them alone
- * are not shown. */
+/* Path of a copy of `path` (relative to the source folder) without exercise-marker lines, in a
+ * temporary file (empty when it cannot be made); /dev/null stays as it is. */
+static int copy_for_diff(const char *path, char *copy, size_t len, FlError *err)
+{
+    if (!strcmp(path, "/dev/null"))
+        return snprintf(copy, len, "%s", path), FL_OK;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(copy, len, "%s/flashlab-diff-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    int fd = mkstemp(copy);
+    if (fd < 0) {
+        copy[0] = '\0';
+        return fl_fail(err, FL_BAD_INPUT, "cannot create a temporary file (%s)", strerror(errno));
+    }
+    close(fd);
+    char source[4400];
+    snprintf(source, sizeof source, "%s/%s", FLASHLAB_SOURCE_DIR, path);
+    return stage_copy_without_markers(source, copy, err);
+}
+
+/* `diff -u a b` with a and b named by their paths relative to the source folder. Exercise markers
+ * (docs/adding_a_stage.md) are no part of the lesson: the files are compared without them. */
 static int run_diff(const char *a, const char *b)
 {
-    const char *argv[] = {"diff", "-u", "-I", "exercise: \\(begin\\|end\\)", "--label", a, "--label", b, a, b, NULL};
+    char ca[4200] = "", cb[4200] = "";
     FlError err = {{0}};
-    int status = stage_run_program(argv, FLASHLAB_SOURCE_DIR, STDOUT_FILENO, &err);
+    int status = -1;
+    if (copy_for_diff(a, ca, sizeof ca, &err) == FL_OK && copy_for_diff(b, cb, sizeof cb, &err) == FL_OK) {
+        const char *argv[] = {"diff", "-u", "--label", a, "--label", b, ca, cb, NULL};
+        status = stage_run_program(argv, NULL, STDOUT_FILENO, &err);
+    }
+    if (ca[0] && strcmp(ca, "/dev/null"))
+        unlink(ca);
+    if (cb[0] && strcmp(cb, "/dev/null"))
+        unlink(cb);
     if (status < 0 || status > 1) {
         fprintf(stderr, "flashlab diff: %s\n", status < 0 ? err.msg : "the system 'diff' failed");
         return FL_BAD_INPUT;

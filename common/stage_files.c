@@ -86,6 +86,28 @@ int stage_files_partner(const StageFiles *mine, int index, const StageFiles *oth
     return -1;
 }
 
+int stage_copy_without_markers(const char *path, const char *out_path, FlError *err)
+{
+    FILE *in = fopen(path, "rb");
+    if (!in)
+        return fl_fail(err, FL_BAD_INPUT, "%s: cannot read (%s)", path, strerror(errno));
+    FILE *out = fopen(out_path, "wb");
+    if (!out) {
+        fclose(in);
+        return fl_fail(err, FL_BAD_INPUT, "%s: cannot write (%s)", out_path, strerror(errno));
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    int ok = 1;
+    while (getline(&line, &cap, in) >= 0)
+        if (!strstr(line, STAGE_MARKER_BEGIN) && !strstr(line, STAGE_MARKER_END))
+            ok &= fputs(line, out) >= 0;
+    free(line);
+    fclose(in);
+    ok &= fclose(out) == 0;
+    return ok ? FL_OK : fl_fail(err, FL_BAD_INPUT, "%s: write failed", out_path);
+}
+
 int stage_run_program(const char *const argv[], const char *cwd, int out_fd, FlError *err)
 {
     fflush(stdout);

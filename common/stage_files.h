@@ -15,6 +15,11 @@ extern "C" {
 
 enum { STAGE_MAX_FILES = 8, STAGE_NAME_LEN = 256 };
 
+/* Exercise markers (docs/adding_a_stage.md): comment lines around the regions of a stage source that
+ * `flashlab exercise` hands to students. They are no part of any lesson diff. */
+#define STAGE_MARKER_BEGIN "exercise: begin"
+#define STAGE_MARKER_END "exercise: end"
+
 /* The kinds of file a lesson is made of, in the order the diff shows them: ".h", ".c", ".cu",
  * "README.md"; NULL-terminated. A kind starting with '.' is a suffix, anything else a whole name. */
 extern const char *const stage_file_kinds[];
@@ -40,6 +45,9 @@ void stage_files_list(const char *folder, const char *kind, StageFiles *files);
 /* The index in `other` of the file that pairs with mine->names[index]: the file of the same name,
  * or the only one when both lists hold exactly one file; -1 when none does. */
 int stage_files_partner(const StageFiles *mine, int index, const StageFiles *other);
+
+/* Copies the file at path to out_path without its exercise-marker lines. */
+int stage_copy_without_markers(const char *path, const char *out_path, FlError *err);
 
 /* Runs argv[0] (searched in PATH) in folder cwd (NULL: the current one) with its stdout on out_fd,
  * waits, and returns its exit status, or -1 with a message in err when it could not be run or was
