@@ -23,37 +23,54 @@ void stage_path(const char *folder, const char *file, char *path, size_t len)
     snprintf(path, len, "%s/stages/%s%s%s", FLASHLAB_SOURCE_DIR, folder, file ? "/" : "", file ? file : "");
 }
 
+/* The names in folder dir that keep(name, arg) accepts, sorted, at most max; -1 when dir cannot be
+ * read. */
+static int sorted_names(const char *dir, int (*keep)(const char *name, const void *arg), const void *arg,
+                        char names[][STAGE_NAME_LEN], int max)
+{
+    struct dirent **entries;
+    int n = scandir(dir, &entries, NULL, alphasort);
+    if (n < 0)
+        return -1;
+    int count = 0;
+    for (int i = 0; i < n; i++) {
+        if (count < max && keep(entries[i]->d_name, arg))
+            snprintf(names[count++], STAGE_NAME_LEN, "%s", entries[i]->d_name);
+        free(entries[i]);
+    }
+    free(entries);
+    return count;
+}
+
+/* A stage folder named by arg ("7", "07", "07_causal"): "NN_" and, if arg has one, the same name. */
+static int is_stage_folder(const char *name, const void *arg)
+{
+    const char *a = arg;
+    const size_t digits = strspn(a, "0123456789");
+    char number[3];
+    snprintf(number, sizeof number, "%s%.*s", digits == 1 ? "0" : "", (int)digits, a);
+    return strncmp(name, number, 2) == 0 && name[2] == '_' && (a[digits] == '\0' || !strcmp(name + 2, a + digits));
+}
+
 int stage_folder_find(const char *arg, char *folder, size_t len, FlError *err)
 {
     if (!stage_arg_looks_like_stage(arg))
         return fl_fail(err, FL_BAD_INPUT, "'%s' is not a stage number like 06 or 06_backward", arg);
-    const size_t digits = strspn(arg, "0123456789");
-    char number[3];
-    snprintf(number, sizeof number, "%s%.*s", digits == 1 ? "0" : "", (int)digits, arg);
-    char stages[4096];
+    char stages[4096], found[1][STAGE_NAME_LEN];
     stage_path("", NULL, stages, sizeof stages);
-    struct dirent **entries;
-    int n = scandir(stages, &entries, NULL, alphasort);
+    int n = sorted_names(stages, is_stage_folder, arg, found, 1);
     if (n < 0)
         return fl_fail(err, FL_BAD_INPUT, "%s: cannot read the folder (%s)", stages, strerror(errno));
-    int found = 0;
-    for (int i = 0; i < n; i++) {
-        const char *base = entries[i]->d_name;
-        if (!found && strncmp(base, number, 2) == 0 && base[2] == '_' &&
-            (arg[digits] == '\0' || !strcmp(base + 2, arg + digits))) {
-            snprintf(folder, len, "%s", base);
-            found = 1;
-        }
-        free(entries[i]);
-    }
-    free(entries);
-    if (!found)
-        return fl_fail(err, FL_BAD_INPUT, "no folder %s/stages/%s_*", FLASHLAB_SOURCE_DIR, number);
+    if (n == 0)
+        return fl_fail(err, FL_BAD_INPUT, "no folder %s/stages/%s%.*s_*", FLASHLAB_SOURCE_DIR,
+                       strspn(arg, "0123456789") == 1 ? "0" : "", (int)strspn(arg, "0123456789"), arg);
+    snprintf(folder, len, "%s", found[0]);
     return FL_OK;
 }
 
-static int is_kind(const char *file, const char *kind)
+static int is_kind(const char *file, const void *arg)
 {
+    const char *kind = arg;
     if (kind[0] != '.')
         return !strcmp(file, kind);
     size_t n = strlen(file), k = strlen(kind);
@@ -64,16 +81,8 @@ void stage_files_list(const char *folder, const char *kind, StageFiles *files)
 {
     char path[4096];
     stage_path(folder, NULL, path, sizeof path);
-    struct dirent **entries;
-    int n = scandir(path, &entries, NULL, alphasort);
-    files->count = 0;
-    for (int i = 0; i < n; i++) {
-        if (files->count < STAGE_MAX_FILES && is_kind(entries[i]->d_name, kind))
-            snprintf(files->names[files->count++], STAGE_NAME_LEN, "%s", entries[i]->d_name);
-        free(entries[i]);
-    }
-    if (n >= 0)
-        free(entries);
+    int n = sorted_names(path, is_kind, kind, files->names, STAGE_MAX_FILES);
+    files->count = n > 0 ? n : 0;
 }
 
 int stage_files_partner(const StageFiles *mine, int index, const StageFiles *other)
