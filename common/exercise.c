@@ -343,8 +343,14 @@ static void parse_marker(const char *line, size_t len, char *task, size_t task_l
         snprintf(stub, stub_len, "%s", code);
     }
     const char *t = text;
-    while (*t == ' ' || *t == '-' || *t == ':' || (unsigned char)*t >= 0x80) /* also the UTF-8 dash */
-        t++;
+    for (;;) { /* the separator before the task: spaces, '-', ':' or an em dash */
+        if (*t == ' ' || *t == '-' || *t == ':')
+            t++;
+        else if (!strncmp(t, "\u2014", strlen("\u2014")))
+            t += strlen("\u2014");
+        else
+            break;
+    }
     snprintf(task, task_len, "%s", t);
     for (char *z = task + strlen(task); z > task && (z[-1] == ' ' || z[-1] == '\n'); z--)
         z[-1] = '\0';
