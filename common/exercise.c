@@ -580,12 +580,12 @@ static void write_readme(const Exercise *ex, const char *final_dir, Buf *out)
     buf_printf(out,
                "## Test\n\n"
                "```sh\n"
-               "ctest --test-dir build -R stage%s                  # the stage's tests, yours (stage%s_student_*) included\n"
+               "ctest --test-dir build -R stage%s                  # the stage's tests; yours end in _student\n"
                "build/flashlab check %s --variant student          # per case and tensor: errors and the first mismatches (b, h, i, j)\n"
                "build/flashlab check %s --variant student --device cuda   # the .cu side, on a GPU\n"
                "```\n\n"
                "Other variants of the stage, if it has any, are built too as `student-NAME` (e.g. `student-naive`).\n\n",
-               ex->number, ex->number, ex->number, ex->number);
+               ex->number, ex->number, ex->number);
     buf_printf(out,
                "## Grading\n\n"
                "Your instructor runs the same checks on cases you have not seen, drawn from another seed:\n\n"
