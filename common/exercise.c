@@ -445,13 +445,18 @@ static void find_bases(Exercise *ex)
         ex->nbases = 1;
 }
 
-/* How file `index` of `mine` (one kind) is made: markers if it has them, else hunks against its
- * partner in the first base stage that has one, else given as it is. */
-static void choose_made_from(const Exercise *ex, const StageFiles *mine, int index, const char *kind, CopyFile *f)
+/* How file `index` of `mine` (one kind) is made. A stage whose files hold exercise markers is a
+ * marker exercise: its files with markers are made from them, the others are given (hunks against
+ * an earlier stage would not fit the given files, e.g. a header whose functions changed). Otherwise
+ * each file is made from hunks against its partner in the first base stage that has one, or given
+ * when none has. */
+static void choose_made_from(const Exercise *ex, const StageFiles *mine, int index, const char *kind,
+                             int marker_stage, CopyFile *f)
 {
     f->made_from = MADE_GIVEN;
-    if (has_markers(f->source.text)) {
-        f->made_from = MADE_FROM_MARKERS;
+    if (marker_stage) {
+        if (has_markers(f->source.text))
+            f->made_from = MADE_FROM_MARKERS;
         return;
     }
     for (int b = 0; b < ex->nbases; b++) {
@@ -467,34 +472,47 @@ static void choose_made_from(const Exercise *ex, const StageFiles *mine, int ind
     }
 }
 
+/* The tagged diff of a hunk-mode file against its base without marker lines. */
+static int load_hunks(CopyFile *f, const char *path, const char *scratch_dir, FlError *err)
+{
+    char base_path[4096], plain_base[PATH_MAX + 32], stream[PATH_MAX + 32];
+    snprintf(plain_base, sizeof plain_base, "%s/.base", scratch_dir);
+    snprintf(stream, sizeof stream, "%s/.diff", scratch_dir);
+    stage_path(f->base_folder, f->base_name, base_path, sizeof base_path);
+    int rc = stage_copy_without_markers(base_path, plain_base, err);
+    if (rc == FL_OK)
+        rc = run_group_diff(plain_base, path, stream, &f->hunks, err);
+    unlink(plain_base);
+    return rc;
+}
+
 static int load_files(Exercise *ex, const char *scratch_dir, FlError *err)
 {
     static const char *const source_kinds[] = {".h", ".c", ".cu"};
-    char path[4096], base_path[4096], plain_base[PATH_MAX + 32], stream[PATH_MAX + 32];
-    snprintf(plain_base, sizeof plain_base, "%s/.base", scratch_dir);
-    snprintf(stream, sizeof stream, "%s/.diff", scratch_dir);
+    StageFiles mine[3];
+    char path[4096];
+    int marker_stage = 0;
     for (int k = 0; k < 3; k++) {
-        StageFiles mine;
-        stage_files_list(ex->folder, source_kinds[k], &mine);
-        for (int i = 0; i < mine.count; i++) {
+        stage_files_list(ex->folder, source_kinds[k], &mine[k]);
+        for (int i = 0; i < mine[k].count; i++) {
             CopyFile *f = &ex->files[ex->nfiles++];
-            snprintf(f->name, sizeof f->name, "%s", mine.names[i]);
+            snprintf(f->name, sizeof f->name, "%.255s", mine[k].names[i]);
             stage_path(ex->folder, f->name, path, sizeof path);
             int rc = read_text(path, &f->source, err);
             if (rc != FL_OK)
                 return rc;
-            choose_made_from(ex, &mine, i, source_kinds[k], f);
-            if (f->made_from != MADE_FROM_HUNKS)
-                continue;
-            stage_path(f->base_folder, f->base_name, base_path, sizeof base_path);
-            rc = stage_copy_without_markers(base_path, plain_base, err);
-            if (rc == FL_OK)
-                rc = run_group_diff(plain_base, path, stream, &f->hunks, err);
-            unlink(plain_base);
+            marker_stage |= has_markers(f->source.text);
+        }
+    }
+    for (int k = 0, n = 0; k < 3; k++)
+        for (int i = 0; i < mine[k].count; i++) {
+            CopyFile *f = &ex->files[n++];
+            choose_made_from(ex, &mine[k], i, source_kinds[k], marker_stage, f);
+            stage_path(ex->folder, f->name, path, sizeof path);
+            int rc = f->made_from == MADE_FROM_HUNKS ? load_hunks(f, path, scratch_dir, err) : FL_OK;
             if (rc != FL_OK)
                 return rc;
         }
-    }
     return FL_OK;
 }
 
@@ -539,7 +557,7 @@ static const char *made_from_text(const CopyFile *f, char *buf, size_t size)
         snprintf(buf, size, "this stage's file with the marked regions taken out");
         break;
     case MADE_GIVEN:
-        snprintf(buf, size, "given in full (new in this stage): read it, and use it where the TODOs need it");
+        snprintf(buf, size, "given in full: read it, and use it where the TODOs need it");
         break;
     }
     return buf;

@@ -11,7 +11,8 @@
  *            stage's lines, so the copy registers as this stage with its features.
  *   markers  the file has exercise markers (docs/adding_a_stage.md): each marked region becomes a
  *            TODO block, with the marker's stub, if any, as its only live code.
- *   given    neither (a new header with no markers): copied as it is. */
+ *   given    copied as it is: a file with no earlier partner, or a file without markers in a stage
+ *            that has markers (a stage is either a hunk exercise or a marker exercise). */
 #ifndef FLASHLAB_EXERCISE_H
 #define FLASHLAB_EXERCISE_H
 
