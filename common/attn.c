@@ -20,8 +20,20 @@ unsigned attn_required_features(const AttnProblem *p)
         f |= FEAT_SINK_TOKENS;
     if (p->sinks)
         f |= FEAT_SINKS;
+    if (p->page_size > 0)
+        f |= FEAT_PAGED;
     return f;
 }
+
+/* Rows of keys k and v hold per kv head: every page slot of the pool, or B sequences of Tk. */
+static size_t kv_rows(const AttnProblem *p)
+{
+    return p->page_size > 0 ? (size_t)p->num_pages * p->page_size : (size_t)p->B * p->Tk;
+}
+
+size_t attn_k_numel(const AttnProblem *p) { return kv_rows(p) * p->Hkv * p->d; }
+
+size_t attn_v_numel(const AttnProblem *p) { return kv_rows(p) * p->Hkv * p->dv; }
 
 /* One row per feature, in bit order: its name and the stage of the ladder (DESIGN §2) adding it. */
 static const struct {
@@ -32,7 +44,7 @@ static const struct {
     {FEAT_BACKWARD, "backward", "06"},       {FEAT_CAUSAL, "causal", "07"},
     {FEAT_GQA, "gqa", "08"},                 {FEAT_WINDOW, "window", "10"},
     {FEAT_SINK_TOKENS, "sink_tokens", "10"}, {FEAT_SINKS, "sinks", "10"},
-    {FEAT_MLA, "mla", "09"},
+    {FEAT_MLA, "mla", "09"},                 {FEAT_PAGED, "paged", "11"},
 };
 
 const char *attn_feature_name(unsigned feature)

@@ -31,6 +31,14 @@ typedef struct {
     const float *q, *k, *v;
     const float *sinks; /* (Hq) or NULL */
     const float *dout;  /* dO (B, Hq, Tq, dv), or NULL when only the forward pass is asked for */
+    /* A paged KV cache (stage 11; docs/conventions.md "Paged decode cases") when page_size > 0:
+     * k and v are then the page pools k_pages (P, page_size, Hkv, d) and v_pages (P, page_size,
+     * Hkv, dv). Sequence b holds seq_lens[b] keys; key j lives in page block_table[b, j / page_size],
+     * slot j % page_size; its Tq queries sit at its last Tq positions. Tk is the longest sequence.
+     * page_size == 0: k and v are contiguous (B, Hkv, Tk, d|dv) and every sequence has Tk keys. */
+    int page_size, num_pages, max_pages; /* page size, P, and entries per row of block_table */
+    const int32_t *block_table;          /* (B, max_pages); entries past a sequence's pages: -1 */
+    const int32_t *seq_lens;             /* (B) */
 } AttnProblem;
 
 /* Outputs. The forward pass writes o and lse; the backward pass reads o and lse (written by the
@@ -48,12 +56,16 @@ enum {
     FEAT_WINDOW = 1u << 3,      /* sliding window                      (stage 10) */
     FEAT_SINK_TOKENS = 1u << 4, /* sink tokens                         (stage 10) */
     FEAT_SINKS = 1u << 5,       /* learned sink logits                 (stage 10) */
-    FEAT_MLA = 1u << 6          /* an MLA case (MlaProblem below)       (stage 09) */
+    FEAT_MLA = 1u << 6,         /* an MLA case (MlaProblem below)       (stage 09) */
+    FEAT_PAGED = 1u << 7        /* a paged KV cache (page_size > 0)    (stage 11) */
 };
-#define FEAT_COUNT 7
+#define FEAT_COUNT 8
 
 /* Features a problem needs (backward counts only when dout is non-NULL). */
 unsigned attn_required_features(const AttnProblem *p);
+/* Elements of k and of v: the page pools of a paged problem, else B * Hkv * Tk * (d or dv). */
+size_t attn_k_numel(const AttnProblem *p);
+size_t attn_v_numel(const AttnProblem *p);
 /* "causal", "gqa", ... for one flag. */
 const char *attn_feature_name(unsigned feature);
 /* The stage of the ladder that adds a feature ("06", "07", ...), from DESIGN §2. */
@@ -71,6 +83,7 @@ typedef struct {
     size_t sram_bytes;   /* M: SRAM size in bytes for CPU stages 03+ (--sram) */
     int block_r, block_c;/* tile sizes Br, Bc; 0 = derive from M and d (CPU) or the kernel's own */
     int threads;         /* CPU worker threads, >= 1 */
+    int splits;          /* stage 11: key splits per (sequence, kv head); 0 = the stage's heuristic */
     void *workspace;     /* scratch of StageImpl.workspace_bytes(...) bytes, allocated by the runner
                             (host memory for CPU, device memory for CUDA); NULL when 0 bytes */
 } RunCtx;

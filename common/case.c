@@ -3,7 +3,8 @@
  * case.json is optional: a missing file means every option takes its default (not causal,
  * window 0, sink_tokens 0, scale 1/sqrt(d), empty description; for an MLA case rope_theta 10000).
  * When present it must be a flat JSON object with only the keys below; anything else is refused,
- * naming case.json and the key. A folder holding ckv.npy is an MLA case (stage 09). */
+ * naming case.json and the key. A folder holding ckv.npy is an MLA case (stage 09), one holding
+ * k_pages.npy a paged decode case (stage 11). */
 #include "case.h"
 #include "npy.h"
 
@@ -164,9 +165,12 @@ static int apply_option(Case *c, const char *path, const cJSON *item, FlError *e
     }
     if (strcmp(key, "description") == 0)
         return description_option(c, path, item, err);
-    return fl_fail(err, FL_BAD_INPUT,
-                   "%s: unknown key '%s' (allowed: causal, window, sink_tokens, scale, description)", path,
-                   key);
+    if (c->is_paged && strcmp(key, "page_size") == 0)
+        return json_nonneg_int(item, &p->page_size) != 0 || p->page_size == 0
+                   ? bad_option(path, item, "an integer >= 1", err)
+                   : FL_OK;
+    return fl_fail(err, FL_BAD_INPUT, "%s: unknown key '%s' (allowed: causal, window, sink_tokens, scale, description%s)",
+                   path, key, c->is_paged ? ", page_size" : "");
 }
 
 static int load_options(Case *c, FlError *err)
@@ -412,6 +416,123 @@ static int load_mla(Case *c, int want_expected, FlError *err)
     return rc;
 }
 
+/* ---- paged decode cases (stage 11) -------------------------------------------------------- */
+
+/* Shapes: q (B, Hq, Tq, d), k_pages (P, page_size, Hkv, d), v_pages (P, page_size, Hkv, dv),
+ * block_table (B, max_pages), seq_lens (B), each against the others and case.json's page_size. */
+static int validate_paged_shapes(const Case *c, FlError *err)
+{
+    const Tensor *q = &c->q, *k = &c->k, *v = &c->v, *bt = &c->block_table, *sl = &c->seq_lens;
+    int rc = check_sizes(c, "q.npy", q, 4, "(B, Hq, Tq, d)", err);
+    if (!rc)
+        rc = check_sizes(c, "k_pages.npy", k, 4, "(P, page_size, Hkv, d)", err);
+    if (!rc)
+        rc = check_sizes(c, "v_pages.npy", v, 4, "(P, page_size, Hkv, dv)", err);
+    if (!rc)
+        rc = check_sizes(c, "block_table.npy", bt, 2, "(B, max_pages)", err);
+    if (!rc)
+        rc = check_sizes(c, "seq_lens.npy", sl, 1, "(B)", err);
+    for (int dim = 0; dim < 3 && !rc; dim++) {
+        static const char *const what[3] = {"P", "page_size", "Hkv"};
+        rc = check_same(c, "k_pages.npy", k, dim, "v_pages.npy", v, dim, what[dim], err);
+    }
+    if (!rc)
+        rc = check_same(c, "q.npy", q, 3, "k_pages.npy", k, 3, "d", err);
+    if (!rc)
+        rc = check_same(c, "q.npy", q, 0, "block_table.npy", bt, 0, "B", err);
+    if (!rc)
+        rc = check_same(c, "q.npy", q, 0, "seq_lens.npy", sl, 0, "B", err);
+    if (rc)
+        return rc;
+    if (q->shape[1] % k->shape[2] != 0)
+        return fl_fail(err, FL_BAD_INPUT,
+                       "%s: q.npy has Hq = %lld heads and k_pages.npy Hkv = %lld: Hq must be a multiple of Hkv",
+                       c->dir, (long long)q->shape[1], (long long)k->shape[2]);
+    if (c->problem.page_size != 0 && c->problem.page_size != k->shape[1])
+        return fl_fail(err, FL_BAD_INPUT, "%s/case.json: page_size %d, but k_pages.npy holds pages of %lld slots",
+                       c->dir, c->problem.page_size, (long long)k->shape[1]);
+    return FL_OK;
+}
+
+/* Every sequence holds Tq..max_pages*page_size keys, and every page it uses is in [0, P). */
+static int validate_paged_entries(const Case *c, FlError *err)
+{
+    const AttnProblem *p = &c->problem;
+    const int32_t *len = tensor_int32(&c->seq_lens), *table = tensor_int32(&c->block_table);
+    const long long capacity = (long long)p->max_pages * p->page_size;
+    for (int b = 0; b < p->B; b++) {
+        if (len[b] < p->Tq || len[b] > capacity)
+            return fl_fail(err, FL_BAD_INPUT,
+                           "%s/seq_lens.npy: entry [%d] = %d; a sequence holds at least its Tq = %d queries and "
+                           "at most max_pages * page_size = %lld keys",
+                           c->dir, b, (int)len[b], p->Tq, capacity);
+        const int used = (int)((len[b] + p->page_size - 1) / p->page_size);
+        for (int i = 0; i < used; i++) {
+            const int32_t page = table[(size_t)b * p->max_pages + i];
+            if (page < 0 || page >= p->num_pages)
+                return fl_fail(err, FL_BAD_INPUT,
+                               "%s/block_table.npy: entry [%d, %d] = %d is not a page of k_pages.npy "
+                               "(0..%d); sequence %d uses its first %d entries",
+                               c->dir, b, i, (int)page, p->num_pages - 1, b, used);
+        }
+    }
+    return FL_OK;
+}
+
+/* The problem of a paged case: Tk is the longest sequence. */
+static void fill_paged_problem(Case *c)
+{
+    AttnProblem *p = &c->problem;
+    p->B = (int)c->q.shape[0], p->Hq = (int)c->q.shape[1], p->Tq = (int)c->q.shape[2];
+    p->d = (int)c->q.shape[3];
+    p->num_pages = (int)c->k.shape[0], p->page_size = (int)c->k.shape[1];
+    p->Hkv = (int)c->k.shape[2], p->dv = (int)c->v.shape[3];
+    p->max_pages = (int)c->block_table.shape[1];
+    if (!c->has_scale)
+        p->scale = (float)(1.0 / sqrt((double)p->d));
+    if (p->window > 0)
+        p->causal = 1;
+    p->q = c->q.data, p->k = c->k.data, p->v = c->v.data, p->sinks = c->sinks.data;
+    p->block_table = tensor_int32(&c->block_table);
+    p->seq_lens = tensor_int32(&c->seq_lens);
+    p->Tk = 0;
+    for (int b = 0; b < p->B; b++)
+        if (p->seq_lens[b] > p->Tk)
+            p->Tk = p->seq_lens[b];
+}
+
+static int load_paged(Case *c, int want_expected, FlError *err)
+{
+    char path[PATH_LEN];
+    join_path(path, c->dir, "do.npy");
+    int has_dout = file_exists(path, err);
+    if (has_dout != 0)
+        return has_dout < 0 ? FL_BAD_INPUT
+                            : fl_fail(err, FL_BAD_INPUT, "%s: paged decode cases are forward only; remove do.npy", path);
+    int rc = load_tensor(c, "q.npy", 1, &c->q, err);
+    if (!rc)
+        rc = load_tensor(c, "k_pages.npy", 1, &c->k, err);
+    if (!rc)
+        rc = load_tensor(c, "v_pages.npy", 1, &c->v, err);
+    for (int i = 0; i < 2 && !rc; i++) {
+        join_path(path, c->dir, i == 0 ? "block_table.npy" : "seq_lens.npy");
+        rc = npy_read_as(path, NPY_INT32, i == 0 ? &c->block_table : &c->seq_lens, err);
+    }
+    if (!rc)
+        rc = validate_paged_shapes(c, err);
+    if (!rc)
+        rc = load_tensor(c, "sinks.npy", 0, &c->sinks, err);
+    if (!rc && c->sinks.data) {
+        const int64_t shape[1] = {c->q.shape[1]};
+        rc = check_shape_is(c, "sinks.npy", &c->sinks, shape, 1, err);
+    }
+    if (rc)
+        return rc;
+    fill_paged_problem(c);
+    rc = validate_paged_entries(c, err);
+    return !rc && want_expected ? load_expected(c, err) : rc;
+}
+
 static void set_dir_and_name(Case *c, const char *dir)
 {
     copy_string(c->dir, sizeof c->dir, dir);
@@ -427,16 +548,20 @@ static int load_all(const char *dir, int want_expected, Case *c, FlError *err)
     if (strlen(dir) >= sizeof c->dir)
         return fl_fail(err, FL_BAD_INPUT, "%.200s...: case folder path too long", dir);
     set_dir_and_name(c, dir);
-    char ckv[PATH_LEN];
-    join_path(ckv, c->dir, "ckv.npy");
-    c->is_mla = file_exists(ckv, err);
-    if (c->is_mla < 0)
+    char marker[PATH_LEN];
+    join_path(marker, c->dir, "ckv.npy");
+    c->is_mla = file_exists(marker, err);
+    join_path(marker, c->dir, "k_pages.npy");
+    c->is_paged = c->is_mla == 0 ? file_exists(marker, err) : 0;
+    if (c->is_mla < 0 || c->is_paged < 0)
         return FL_BAD_INPUT;
     c->mla.rope_theta = 10000.0f;
 
     int rc = load_options(c, err);
     if (!rc && c->is_mla)
         return load_mla(c, want_expected, err);
+    if (!rc && c->is_paged)
+        return load_paged(c, want_expected, err);
     if (!rc)
         rc = load_tensor(c, "q.npy", 1, &c->q, err);
     if (!rc)
@@ -473,6 +598,8 @@ void case_free(Case *c)
     tensor_free(&c->v);
     tensor_free(&c->dout);
     tensor_free(&c->sinks);
+    tensor_free(&c->block_table);
+    tensor_free(&c->seq_lens);
     for (int id = 0; id < OUT_COUNT; id++)
         tensor_free(&c->expected[id]);
     for (int id = 0; id < MLA_INPUT_COUNT; id++)

@@ -17,11 +17,13 @@ typedef enum { OUT_O, OUT_LSE, OUT_DQ, OUT_DK, OUT_DV, OUT_DSINKS, OUT_COUNT } O
 
 typedef struct {
     int is_mla;            /* an MLA case (ckv.npy present): mla_* below, not the attention tensors */
+    int is_paged;          /* a paged decode case (k_pages.npy present): k and v hold the page pools */
     char dir[4096];
     char name[256];        /* last path component */
     char description[512]; /* from case.json, may be empty */
     int has_scale;         /* case.json gave a scale */
     Tensor q, k, v, dout, sinks;    /* dout / sinks: data NULL when absent */
+    Tensor block_table, seq_lens;   /* paged cases: int32 (tensor_int32) */
     Tensor expected[OUT_COUNT];     /* data NULL when absent or not asked for */
     AttnProblem problem;            /* sizes, options and pointers into the tensors above */
     Tensor mla_in[MLA_INPUT_COUNT]; /* MLA inputs, indexed by MlaInput */
@@ -29,7 +31,8 @@ typedef struct {
     MlaProblem mla;                 /* sizes, options and pointers into mla_in */
 } Case;
 
-/* Loads dir: an MLA case when it holds ckv.npy (docs/conventions.md), else an attention case.
+/* Loads dir: an MLA case when it holds ckv.npy, a paged decode case when it holds k_pages.npy
+ * (docs/conventions.md), else an attention case.
  * With want_expected, also loads the expected outputs that exist (o.npy and lse.npy are
  * then required; dq/dk/dv.npy required when do.npy exists, dsinks.npy when sinks.npy exists; y.npy for an MLA case).
  * Returns FL_OK or FL_BAD_INPUT (message names the file and what is wrong). On failure nothing is

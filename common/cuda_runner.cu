@@ -42,8 +42,8 @@ static int no_device(const StageImpl *impl, FlError *err)
 /* ---- the problem and its outputs on the device ---------------------------------------------- */
 
 static size_t q_numel(const AttnProblem *p) { return (size_t)p->B * p->Hq * p->Tq * p->d; }
-static size_t k_numel(const AttnProblem *p) { return (size_t)p->B * p->Hkv * p->Tk * p->d; }
-static size_t v_numel(const AttnProblem *p) { return (size_t)p->B * p->Hkv * p->Tk * p->dv; }
+static size_t k_numel(const AttnProblem *p) { return attn_k_numel(p); }
+static size_t v_numel(const AttnProblem *p) { return attn_v_numel(p); }
 static size_t o_numel(const AttnProblem *p) { return (size_t)p->B * p->Hq * p->Tq * p->dv; }
 static size_t lse_numel(const AttnProblem *p) { return (size_t)p->B * p->Hq * p->Tq; }
 
@@ -62,6 +62,8 @@ static void device_run_free(DeviceRun *r)
     cudaFree((void *)r->p.v);
     cudaFree((void *)r->p.sinks);
     cudaFree((void *)r->p.dout);
+    cudaFree((void *)r->p.block_table);
+    cudaFree((void *)r->p.seq_lens);
     cudaFree(r->t.o);
     cudaFree(r->t.lse);
     cudaFree(r->t.dq);
@@ -73,12 +75,28 @@ static void device_run_free(DeviceRun *r)
     memset(r, 0, sizeof *r);
 }
 
+/* A paged problem's block table and sequence lengths (int32). */
+static int upload_page_index(const AttnProblem *host, DeviceRun *r, FlError *err)
+{
+    void *table = NULL, *lens = NULL;
+    int rc = fl_cuda_upload_bytes(&table, host->block_table,
+                                  (size_t)host->B * host->max_pages * sizeof(int32_t),
+                                  "copying block_table to the device", err);
+    r->p.block_table = (const int32_t *)table;
+    if (rc == FL_OK)
+        rc = fl_cuda_upload_bytes(&lens, host->seq_lens, (size_t)host->B * sizeof(int32_t),
+                                  "copying seq_lens to the device", err);
+    r->p.seq_lens = (const int32_t *)lens;
+    return rc;
+}
+
 /* Copies the inputs up (dout only when the backward pass will run). */
 static int upload_inputs(const AttnProblem *host, int with_dout, DeviceRun *r, FlError *err)
 {
     float *q, *k, *v, *sinks = NULL, *dout = NULL;
     r->p = *host;
     r->p.q = r->p.k = r->p.v = r->p.sinks = r->p.dout = NULL;
+    r->p.block_table = r->p.seq_lens = NULL;
     int rc = fl_cuda_upload_floats(&q, host->q, q_numel(host), "copying q to the device", err);
     r->p.q = q;
     if (rc == FL_OK)
@@ -95,6 +113,8 @@ static int upload_inputs(const AttnProblem *host, int with_dout, DeviceRun *r, F
     if (rc == FL_OK && with_dout && host->dout)
         rc = fl_cuda_upload_floats(&dout, host->dout, o_numel(host), "copying dO to the device", err);
     r->p.dout = dout;
+    if (rc == FL_OK && host->page_size > 0)
+        rc = upload_page_index(host, r, err);
     return rc;
 }
 

@@ -38,11 +38,13 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// Tile (ROWS, COLS) of a row-major HBM matrix with `cols` columns, of which `rows` rows exist,
-// into shared memory with row stride STRIDE; missing rows/columns become 0. `vec`: 16-byte
-// copies (cols % 4 == 0 and 16-byte aligned base), else 4-byte copies. NT threads share the work.
-template <int ROWS, int COLS, int STRIDE, int NT>
-__device__ __forceinline__ void load_tile(float *sm, const float *g, int rows, int cols, bool vec,
+// Tile (ROWS, COLS) gathered row by row into shared memory with row stride STRIDE: row r comes
+// from row_at(r), a pointer to its `cols` floats in HBM, or nullptr for a row that does not exist.
+// Missing rows and columns past `cols` become 0 (cp.async with 0 source bytes; `any` is a valid
+// global address it is given instead). `vec`: 16-byte copies (cols % 4 == 0 and every row 16-byte
+// aligned), else 4-byte copies. NT threads share the work; a row's chunks go to neighbouring threads.
+template <int ROWS, int COLS, int STRIDE, int NT, class RowAt>
+__device__ __forceinline__ void load_rows(float *sm, RowAt row_at, const float *any, int cols, bool vec,
                                           int tid)
 {
     if (vec) {
@@ -50,16 +52,29 @@ __device__ __forceinline__ void load_tile(float *sm, const float *g, int rows, i
 #pragma unroll
         for (int idx = tid; idx < ROWS * CH; idx += NT) {
             const int r = idx / CH, c = (idx % CH) * 4;
-            const bool ok = r < rows && c < cols;
-            cp_async16(sm + r * STRIDE + c, ok ? g + (size_t)r * cols + c : g, ok ? 16 : 0);
+            const float *row = row_at(r);
+            const bool ok = row != nullptr && c < cols;
+            cp_async16(sm + r * STRIDE + c, ok ? row + c : any, ok ? 16 : 0);
         }
     } else {
         for (int idx = tid; idx < ROWS * COLS; idx += NT) {
             const int r = idx / COLS, c = idx % COLS;
-            const bool ok = r < rows && c < cols;
-            cp_async4(sm + r * STRIDE + c, ok ? g + (size_t)r * cols + c : g, ok ? 4 : 0);
+            const float *row = row_at(r);
+            const bool ok = row != nullptr && c < cols;
+            cp_async4(sm + r * STRIDE + c, ok ? row + c : any, ok ? 4 : 0);
         }
     }
+}
+
+// Tile (ROWS, COLS) of a row-major HBM matrix with `cols` columns, of which `rows` rows exist,
+// into shared memory with row stride STRIDE; missing rows/columns become 0. `vec`: 16-byte
+// copies (cols % 4 == 0 and 16-byte aligned base), else 4-byte copies. NT threads share the work.
+template <int ROWS, int COLS, int STRIDE, int NT>
+__device__ __forceinline__ void load_tile(float *sm, const float *g, int rows, int cols, bool vec,
+                                          int tid)
+{
+    const auto row_at = [=](int r) { return r < rows ? g + (size_t)r * cols : nullptr; };
+    load_rows<ROWS, COLS, STRIDE, NT>(sm, row_at, g, cols, vec, tid);
 }
 
 // A vector of n floats (n <= N) into shared memory, zero-filled past n (lse, D of a row block).

@@ -42,36 +42,54 @@ static inline __host__ __device__ int ceil_div(int a, int b)
     return (a + b - 1) / b;
 }
 
-/* cudaMalloc of n floats (NULL and FL_OK for n == 0); `what` names the tensor in the error. */
-static inline int fl_cuda_alloc_floats(float **dst, size_t n, const char *what, FlError *err)
+/* cudaMalloc of `bytes` (NULL and FL_OK for 0 bytes); `what` names the tensor in the error. */
+static inline int fl_cuda_alloc_bytes(void **dst, size_t bytes, const char *what, FlError *err)
 {
     *dst = NULL;
-    if (n == 0)
+    if (bytes == 0)
         return FL_OK;
-    cudaError_t status = cudaMalloc((void **)dst, n * sizeof(float));
+    cudaError_t status = cudaMalloc(dst, bytes);
     if (status != cudaSuccess) {
         *dst = NULL;
-        return fl_fail(err, FL_BAD_INPUT, "CUDA error in allocating %s (%zu bytes): %s", what,
-                       n * sizeof(float), cudaGetErrorString(status));
+        return fl_fail(err, FL_BAD_INPUT, "CUDA error in allocating %s (%zu bytes): %s", what, bytes,
+                       cudaGetErrorString(status));
     }
     return FL_OK;
+}
+
+static inline int fl_cuda_alloc_floats(float **dst, size_t n, const char *what, FlError *err)
+{
+    void *dev = NULL;
+    int rc = fl_cuda_alloc_bytes(&dev, n * sizeof(float), what, err);
+    *dst = (float *)dev;
+    return rc;
+}
+
+/* A device copy of `bytes` bytes of host memory (NULL when host is NULL or bytes == 0). */
+static inline int fl_cuda_upload_bytes(void **dst, const void *host, size_t bytes, const char *what,
+                                       FlError *err)
+{
+    *dst = NULL;
+    if (!host || bytes == 0)
+        return FL_OK;
+    int rc = fl_cuda_alloc_bytes(dst, bytes, what, err);
+    if (rc != FL_OK)
+        return rc;
+    rc = fl_cuda_status(cudaMemcpy(*dst, host, bytes, cudaMemcpyHostToDevice), what, err);
+    if (rc != FL_OK) {
+        cudaFree(*dst);
+        *dst = NULL;
+    }
+    return rc;
 }
 
 /* A device copy of a host array of n floats (NULL when host is NULL or n == 0). */
 static inline int fl_cuda_upload_floats(float **dst, const float *host, size_t n, const char *what,
                                         FlError *err)
 {
-    *dst = NULL;
-    if (!host || n == 0)
-        return FL_OK;
-    int rc = fl_cuda_alloc_floats(dst, n, what, err);
-    if (rc != FL_OK)
-        return rc;
-    rc = fl_cuda_status(cudaMemcpy(*dst, host, n * sizeof(float), cudaMemcpyHostToDevice), what, err);
-    if (rc != FL_OK) {
-        cudaFree(*dst);
-        *dst = NULL;
-    }
+    void *dev = NULL;
+    int rc = fl_cuda_upload_bytes(&dev, host, n * sizeof(float), what, err);
+    *dst = (float *)dev;
     return rc;
 }
 

@@ -48,7 +48,7 @@ typedef struct {
     int device_all;   /* tour --device all (the default of tour) */
     const char *variant;
     int direction;    /* DIR_FWD, DIR_BWD or DIRECTION_BOTH */
-    RunCtx ctx;       /* sram_bytes, block_r, block_c, threads */
+    RunCtx ctx;       /* sram_bytes, block_r, block_c, threads, splits */
     int verbose;
     const char *out_dir;
     /* bench */
@@ -57,6 +57,7 @@ typedef struct {
     int B, H, Hkv, Tq, reps, causal, json; /* Hkv, Tq: 0 = H, T (self-attention) */
     int window, sink_tokens, sinks;          /* stage 10's mask and learned sinks */
     int latent, rope_dim, model_dim, q_rank; /* stage 09's m, p, D, mq (0 = DeepSeek-V2's) */
+    int page_size;                           /* stage 11: a paged KV cache of this page size (0 = none) */
     const char *positional[MAX_POSITIONAL];
     int npositional;
 } Options;
@@ -75,6 +76,8 @@ static const OptionSpec option_specs[] = {
     {"--block-r", 1, "check run bench"},
     {"--block-c", 1, "check run bench"},
     {"--threads", 1, "check run tour bench"},
+    {"--splits", 1, "check run bench"},
+    {"--page-size", 1, "bench"},
     {"--verbose", 0, "check"},
     {"--out", 1, "run"},
     {"--stages", 1, "bench"},
@@ -205,6 +208,10 @@ static int apply_option(Options *o, const char *name, const char *value)
         return parse_int(cmd, name, value, 1, 1 << 20, &o->ctx.block_c);
     if (!strcmp(name, "--threads"))
         return parse_int(cmd, name, value, 1, 4096, &o->ctx.threads);
+    if (!strcmp(name, "--splits"))
+        return parse_int(cmd, name, value, 1, 1024, &o->ctx.splits);
+    if (!strcmp(name, "--page-size"))
+        return parse_int(cmd, name, value, 1, 1 << 20, &o->page_size);
     if (!strcmp(name, "--verbose"))
         return o->verbose = 1, FL_OK;
     if (!strcmp(name, "--out"))
@@ -441,6 +448,14 @@ static int outputs_alloc(const AttnProblem *p, Outputs *x, FlError *err)
         *slot[id] = x->out[id].data;
     }
     return FL_OK;
+}
+
+/* Why impl has no backward pass: a stage before 06 has not reached it yet; a later one (11, the
+ * decoding step) is forward only by design. */
+static const char *no_backward_reason(const StageImpl *impl)
+{
+    return strcmp(impl->stage, attn_feature_added_by(FEAT_BACKWARD)) < 0 ? "stage 06 adds it"
+                                                                          : "it is a forward-only stage";
 }
 
 /* The direction a case runs in: forward-only stages, or --direction fwd, ignore do.npy. */
@@ -885,8 +900,8 @@ static int cmd_check(Options *o)
             fprintf(stderr, "flashlab check: stage %s (%s) computes an MLA step forward only: no backward pass\n",
                     impl->stage, impl->name);
         else
-            fprintf(stderr, "flashlab check: stage %s (%s) has no backward pass; stage %s adds it\n", impl->stage,
-                    impl->name, attn_feature_added_by(FEAT_BACKWARD));
+            fprintf(stderr, "flashlab check: stage %s (%s) has no backward pass; %s\n", impl->stage,
+                    impl->name, no_backward_reason(impl));
         return FL_UNSUPPORTED;
     }
     CheckTally tally = {0, 0, 0, FL_OK, 0};
@@ -1068,8 +1083,8 @@ static int cmd_run(Options *o)
     }
     Direction dir = case_direction(o, impl, &c);
     if (c.problem.dout && dir == DIR_FWD && o->direction != DIR_FWD)
-        fprintf(stderr, "flashlab run: note: stage %s has no backward pass (stage %s adds it); do.npy ignored\n",
-                impl->stage, attn_feature_added_by(FEAT_BACKWARD));
+        fprintf(stderr, "flashlab run: note: stage %s has no backward pass (%s); do.npy ignored\n",
+                impl->stage, no_backward_reason(impl));
     AttnProblem p = problem_for(&c, dir);
     Outputs x;
     RunCtx ctx = run_ctx(o);
@@ -1244,10 +1259,13 @@ static int cmd_tour(Options *o)
 
 typedef struct {
     Tensor q, k, v, dout, sinks;
+    Tensor block_table, seq_lens; /* a paged cache (--page-size): int32 */
 } BenchInputs;
 
 static void bench_inputs_free(BenchInputs *in)
 {
+    tensor_free(&in->block_table);
+    tensor_free(&in->seq_lens);
     tensor_free(&in->sinks);
     tensor_free(&in->q);
     tensor_free(&in->k);
@@ -1255,32 +1273,75 @@ static void bench_inputs_free(BenchInputs *in)
     tensor_free(&in->dout);
 }
 
+/* x[0..n) seeded N(0, 1). Above 2^24 elements the first 2^24 are drawn and then repeated: drawing
+ * billions of normals would take the bench minutes, and the time of a kernel does not depend on
+ * the values it reads (none of them is NaN or inf). */
+static void bench_fill_normal(Rng *rng, float *x, size_t n)
+{
+    const size_t drawn = n < ((size_t)1 << 24) ? n : (size_t)1 << 24;
+    rng_fill_normal(rng, x, drawn, 1.0f);
+    for (size_t done = drawn; done < n;) {
+        const size_t chunk = done < n - done ? done : n - done;
+        memcpy(x + done, x, chunk * sizeof(float));
+        done += chunk;
+    }
+}
+
+/* A paged cache for --page-size: every sequence holds T keys in ceil(T / page_size) pages, the
+ * pool's pages handed out in a seeded shuffled order (as an allocator that has run a while would),
+ * so consecutive pages of a sequence are not neighbours in memory. Returns 0, or -1 when out of
+ * memory. */
+static int bench_page_index(const Options *o, int T, Rng *rng, BenchInputs *in, AttnProblem *p)
+{
+    const int per_seq = (T + o->page_size - 1) / o->page_size, pages = o->B * per_seq;
+    int64_t table_shape[2] = {o->B, per_seq}, lens_shape[1] = {o->B};
+    if (tensor_alloc_poisoned(&in->block_table, 2, table_shape) != 0 ||
+        tensor_alloc_poisoned(&in->seq_lens, 1, lens_shape) != 0)
+        return -1;
+    int32_t *table = (int32_t *)(void *)in->block_table.data, *lens = (int32_t *)(void *)in->seq_lens.data;
+    for (int i = 0; i < pages; i++)
+        table[i] = i;
+    for (int i = pages - 1; i > 0; i--) { /* Fisher-Yates */
+        const int j = (int)(rng_next_u64(rng) % (uint64_t)(i + 1)), x = table[i];
+        table[i] = table[j], table[j] = x;
+    }
+    for (int b = 0; b < o->B; b++)
+        lens[b] = T;
+    p->page_size = o->page_size, p->num_pages = pages, p->max_pages = per_seq;
+    p->block_table = table, p->seq_lens = lens;
+    return 0;
+}
+
 /* Seeded normal inputs: q, dO (B, H, Tq, d) and k, v (B, Hkv, T, d), with Tq = T and Hkv = H
- * unless --Tq / --Hkv say otherwise. */
-static int bench_inputs(const Options *o, int T, int d, int with_dout, BenchInputs *in, AttnProblem *p)
+ * unless --Tq / --Hkv say otherwise. With `paged` (--page-size, a stage with the paged feature),
+ * k and v are page pools (P, page_size, Hkv, d) holding the same number of keys per sequence. */
+static int bench_inputs(const Options *o, int T, int d, int with_dout, int paged, BenchInputs *in, AttnProblem *p)
 {
     memset(in, 0, sizeof *in);
+    memset(p, 0, sizeof *p);
     const int Tq = o->Tq > 0 ? o->Tq : T, Hkv = o->Hkv > 0 ? o->Hkv : o->H;
+    const int64_t pages = paged ? (int64_t)o->B * ((T + o->page_size - 1) / o->page_size) : 0;
     int64_t q_shape[4] = {o->B, o->H, Tq, d}, kv_shape[4] = {o->B, Hkv, T, d};
+    int64_t pool_shape[4] = {pages, paged ? o->page_size : 0, Hkv, d};
     Tensor *all[4] = {&in->q, &in->k, &in->v, &in->dout};
     Rng rng;
     rng_seed(&rng, BENCH_SEED + (uint64_t)T * 131u + (uint64_t)d);
     for (int i = 0; i < (with_dout ? 4 : 3); i++) {
-        if (tensor_alloc_poisoned(all[i], 4, i == 1 || i == 2 ? kv_shape : q_shape) != 0) {
+        const int64_t *shape = i == 1 || i == 2 ? (paged ? pool_shape : kv_shape) : q_shape;
+        if (tensor_alloc_poisoned(all[i], 4, shape) != 0) {
             bench_inputs_free(in);
             return -1;
         }
-        rng_fill_normal(&rng, all[i]->data, tensor_numel(all[i]), 1.0f);
+        bench_fill_normal(&rng, all[i]->data, tensor_numel(all[i]));
     }
     int64_t sinks_shape[1] = {o->H};
-    if (o->sinks) { /* learned sink logits ~ N(0, 1) */
-        if (tensor_alloc_poisoned(&in->sinks, 1, sinks_shape) != 0) {
-            bench_inputs_free(in);
-            return -1;
-        }
-        rng_fill_normal(&rng, in->sinks.data, tensor_numel(&in->sinks), 1.0f);
+    if ((o->sinks && tensor_alloc_poisoned(&in->sinks, 1, sinks_shape) != 0) ||
+        (paged && bench_page_index(o, T, &rng, in, p) != 0)) {
+        bench_inputs_free(in);
+        return -1;
     }
-    memset(p, 0, sizeof *p);
+    if (o->sinks) /* learned sink logits ~ N(0, 1) */
+        rng_fill_normal(&rng, in->sinks.data, tensor_numel(&in->sinks), 1.0f);
     p->B = o->B, p->Hq = o->H, p->Hkv = Hkv, p->Tq = Tq, p->Tk = T, p->d = d, p->dv = d;
     p->scale = 1.0f / sqrtf((float)d);
     p->causal = o->causal || o->window > 0; /* a window implies causal (DESIGN §3) */
@@ -1345,11 +1406,11 @@ static void bench_print_row(const Options *o, const BenchRow *row, int first)
         printf("%s\n  {\"stage\": \"%s\", \"name\": \"%s\", \"variant\": \"%s\", \"device\": \"%s\", "
                "\"direction\": \"%s\", \"B\": %d, \"Hq\": %d, \"Hkv\": %d, \"Tq\": %d, \"Tk\": %d, \"d\": %d, "
                "\"dv\": %d, \"causal\": %s, \"window\": %d, \"sink_tokens\": %d, \"sinks\": %s, "
-               "\"flops\": %.0f, ",
+               "\"page_size\": %d, \"flops\": %.0f, ",
                first ? "" : ",", row->impl->stage, row->impl->name, row->impl->variant,
                device_name(row->impl->device), row->dir == DIR_BWD ? "bwd" : "fwd", p->B, p->Hq, p->Hkv, p->Tq,
                p->Tk, p->d, p->dv, p->causal ? "true" : "false", p->window, p->sink_tokens,
-               o->sinks ? "true" : "false", row->flops);
+               o->sinks ? "true" : "false", p->page_size, row->flops);
     if (o->json) {
         if (row->error) {
             printf("\"error\": ");
@@ -1388,7 +1449,8 @@ static int bench_one(const Options *o, const StageImpl *impl, int T, int d, Benc
     row->impl = impl;
     row->dir = o->direction == DIR_BWD ? DIR_BWD : DIR_FWD;
     BenchInputs in;
-    if (bench_inputs(o, T, d, row->dir == DIR_BWD, &in, &row->p) != 0)
+    const int paged = o->page_size > 0 && (impl->features & FEAT_PAGED);
+    if (bench_inputs(o, T, d, row->dir == DIR_BWD, paged, &in, &row->p) != 0)
         return fl_fail(err, FL_BAD_INPUT, "out of memory for inputs of T=%d d=%d", T, d);
     row->flops = attention_flops(&row->p, row->dir);
     Outputs x;
@@ -1409,6 +1471,7 @@ static int bench_one(const Options *o, const StageImpl *impl, int T, int d, Benc
     }
     bench_inputs_free(&in);
     row->p.q = row->p.k = row->p.v = row->p.dout = row->p.sinks = NULL;
+    row->p.block_table = row->p.seq_lens = NULL;
     return rc;
 }
 
@@ -1692,7 +1755,8 @@ static const Command commands[] = {
      "supports and its one-line lesson; then whether a CUDA device is available.\n"},
     {"check", cmd_check,
      "flashlab check STAGE [CASE_DIR...] [--device cpu|cuda] [--variant V] [--direction fwd|bwd]\n"
-     "                     [--sram BYTES] [--block-r N] [--block-c N] [--threads N] [--verbose] [--json]",
+     "                     [--sram BYTES] [--block-r N] [--block-c N] [--threads N] [--splits N]\n"
+     "                     [--verbose] [--json]",
      "Runs STAGE (e.g. 3, 03 or 03_tiled) on case folders and compares every output with the case's\n"
      "expected .npy files: |out - ref| <= 1e-4 + 1e-4*|ref| for o and lse, 5e-4 for gradients; NaN/Inf\n"
      "positions must match. Outputs are poisoned with NaN before each run. Prints a header per case, one\n"
@@ -1703,6 +1767,8 @@ static const Command commands[] = {
      "golden/cases of the source tree) that holds q.npy and whose features the stage supports.\n"
      "Stage 09 (MLA) runs the MLA cases instead (folders with ckv.npy, docs/conventions.md) and compares\n"
      "y.npy with the forward tolerance; the other stages skip MLA cases.\n"
+     "Paged decode cases (folders with k_pages.npy, docs/conventions.md) need the paged feature (stage 11);\n"
+     "stage 11 also runs every forward attention case on a contiguous cache.\n"
      "Direction: without --direction a case runs forward+backward when it has do.npy and the stage has a\n"
      "backward pass (o, lse, dq, dk, dv and dsinks are compared), else forward only (o, lse; do.npy is\n"
      "ignored). --direction fwd checks the forward pass only; --direction bwd only cases with do.npy.\n"
@@ -1712,6 +1778,7 @@ static const Command commands[] = {
      "  --sram BYTES        SRAM size M of the tiled CPU stages (65536, 64K, 1M; default 128K)\n"
      "  --block-r/-c N      tile sizes Br, Bc (default: derived from M and d)\n"
      "  --threads N         CPU worker threads (default: all cores)\n"
+     "  --splits N          stage 11: split each sequence's keys into N chunks (default: its heuristic)\n"
      "  --verbose           case descriptions, HBM counts, and the golden cases skipped\n"
      "  --json              a grade report instead of the text (one JSON object on stdout): per case\n"
      "                      its status (pass, fail, error), per tensor max abs / max rel error and the\n"
@@ -1725,13 +1792,15 @@ static const Command commands[] = {
      "77 --device cuda without a CUDA device (prints 'no CUDA device: skipped').\n"},
     {"run", cmd_run,
      "flashlab run STAGE CASE_DIR --out DIR [--device cpu|cuda] [--variant V] [--direction fwd|bwd]\n"
-     "                   [--sram BYTES] [--block-r N] [--block-c N] [--threads N]",
+     "                   [--sram BYTES] [--block-r N] [--block-c N] [--threads N] [--splits N]",
      "Runs STAGE on any case folder (case.json optional, q.npy k.npy v.npy, optional do.npy and\n"
      "sinks.npy; expected files are not needed) and writes float32 o.npy and lse.npy into DIR, plus\n"
      "dq.npy dk.npy dv.npy (and dsinks.npy with sinks.npy) when do.npy is present and the stage has a\n"
      "backward pass (--direction fwd skips it). DIR is created if missing. Everything is computed before\n"
      "any file is written; if a write fails, the files already written are removed.\n"
      "An MLA case (x.npy, ckv.npy, kpe.npy and the w_*.npy weights; stage 09 only) writes y.npy.\n"
+     "A paged decode case (q.npy, k_pages.npy, v_pages.npy, int32 block_table.npy and seq_lens.npy,\n"
+     "optional sinks.npy; stage 11 only) writes o.npy and lse.npy.\n"
      "Exit: 0 ok; 2 bad usage or bad input; 3 the case needs a feature the stage lacks; 77 no CUDA device.\n"},
     {"tour", cmd_tour, "flashlab tour [--device cpu|cuda|all] [--sram BYTES] [--threads N]",
      "Runs every registered implementation, in ladder order, on the golden case golden/cases/tour and\n"
@@ -1750,13 +1819,16 @@ static const Command commands[] = {
      "flashlab bench [--device cpu|cuda] [--stages 01,02,03] [--T 512,1024,2048,4096] [--B 1] [--H 8]\n"
      "               [--Hkv N] [--Tq N] [--d 64] [--causal] [--window W] [--sink-tokens S] [--sinks]\n"
      "               [--direction fwd|bwd] [--variant V] [--reps N] [--sram BYTES] [--block-r N]\n"
-     "               [--block-c N] [--threads N] [--json]\n"
+     "               [--block-c N] [--threads N] [--json] [--page-size N] [--splits N]\n"
      "               [--latent M] [--rope-dim P] [--model-dim D] [--q-rank MQ]     (stage 09)",
      "Times the stages on seeded random problems: q (B, H, Tq, d), k and v (B, Hkv, T, d), d = dv.\n"
      "By default Tq = T and Hkv = H (self-attention); --Tq 1 --Hkv 8 --H 32 is a GQA decode step\n"
      "(stages without the gqa feature then report the row as unsupported). --window W (implies\n"
      "--causal), --sink-tokens S and --sinks (learned sink logits, seeded N(0, 1)) ask for stage 10.\n"
      "--variant V benches only that variant of each stage ('' = the default one).\n"
+     "--page-size N gives the stages with the paged feature (11) a paged KV cache instead: every sequence's\n"
+     "T keys in pages of N slots, pages in a seeded shuffled order (the other stages keep contiguous K/V);\n"
+     "--splits N fixes stage 11's split count. Inputs above 2^24 elements repeat their first 2^24 values.\n"
      "For each (stage implementation, T, d): one counting run (HBM bytes, extra memory) and a timed\n"
      "run: the median of --reps runs after one warm-up, counting off. Prints time in ms, GFLOP/s\n"
      "(TFLOP/s on cuda), HBM bytes read and written, and extra memory, one row per run as it finishes;\n"

@@ -3,8 +3,9 @@
  * A .npy file is: the magic "\x93NUMPY", a major and minor version byte, the header length
  * (2 bytes little-endian in version 1, 4 bytes in versions 2 and 3), then the header: a Python
  * dict literal such as {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } padded with
- * spaces and ending in '\n', then the raw data. flashlab accepts only little-endian float32 in C
- * order with 0-4 dimensions; everything else is refused with one line naming the file. */
+ * spaces and ending in '\n', then the raw data. flashlab accepts little-endian float32 in C order
+ * with 0-4 dimensions, and little-endian int32 where the caller asks for it (the block table and
+ * sequence lengths of a paged case); everything else is refused with one line naming the file. */
 #define _GNU_SOURCE /* mkstemp, fchmod */
 #include "npy.h"
 
@@ -200,17 +201,20 @@ static int parse_header(const char *path, const char *text, NpyHeader *h, FlErro
     return FL_OK;
 }
 
-static int check_header(const char *path, const NpyHeader *h, FlError *err)
+/* "little-endian float32 '<f4'" for messages, and the descr NumPy writes. */
+static const char *dtype_descr(NpyDtype dtype) { return dtype == NPY_INT32 ? "<i4" : "<f4"; }
+static const char *dtype_words(NpyDtype dtype) { return dtype == NPY_INT32 ? "int32" : "float32"; }
+
+static int check_header(const char *path, const NpyHeader *h, NpyDtype dtype, FlError *err)
 {
-    if (strcmp(h->descr, "<f4") != 0) {
-        if (strcmp(h->descr, ">f4") == 0)
+    const char *want = dtype_descr(dtype), *words = dtype_words(dtype);
+    if (strcmp(h->descr, want) != 0) {
+        if (h->descr[0] == '>' && strcmp(h->descr + 1, want + 1) == 0)
             return fl_fail(err, FL_BAD_INPUT,
-                           "%s: big-endian float32 '>f4' not supported; expected little-endian "
-                           "float32 '<f4'",
-                           path);
-        return fl_fail(err, FL_BAD_INPUT,
-                       "%s: dtype '%s' not supported; expected little-endian float32 '<f4'", path,
-                       h->descr);
+                           "%s: big-endian %s '%s' not supported; expected little-endian %s '%s'",
+                           path, words, h->descr, words, want);
+        return fl_fail(err, FL_BAD_INPUT, "%s: dtype '%s' not supported; expected little-endian %s '%s'",
+                       path, h->descr, words, want);
     }
     if (h->fortran_order)
         return fl_fail(err, FL_BAD_INPUT,
@@ -295,7 +299,7 @@ static int data_bytes_needed(const NpyHeader *h, uint64_t *bytes)
     return 0;
 }
 
-static int read_from_file(const char *path, FILE *f, Tensor *t, FlError *err)
+static int read_from_file(const char *path, FILE *f, NpyDtype dtype, Tensor *t, FlError *err)
 {
     struct stat st;
     if (fstat(fileno(f), &st) != 0)
@@ -313,7 +317,7 @@ static int read_from_file(const char *path, FILE *f, Tensor *t, FlError *err)
     rc = parse_header(path, text, &h, err);
     free(text);
     if (!rc)
-        rc = check_header(path, &h, err);
+        rc = check_header(path, &h, dtype, err);
     if (rc)
         return rc;
 
@@ -345,7 +349,7 @@ static int read_from_file(const char *path, FILE *f, Tensor *t, FlError *err)
     return FL_OK;
 }
 
-int npy_read(const char *path, Tensor *t, FlError *err)
+int npy_read_as(const char *path, NpyDtype dtype, Tensor *t, FlError *err)
 {
     t->data = NULL;
     t->ndim = 0;
@@ -353,9 +357,14 @@ int npy_read(const char *path, Tensor *t, FlError *err)
     FILE *f = fopen(path, "rb");
     if (!f)
         return fl_fail(err, FL_BAD_INPUT, "%s: cannot open: %s", path, strerror(errno));
-    int rc = read_from_file(path, f, t, err);
+    int rc = read_from_file(path, f, dtype, t, err);
     fclose(f);
     return rc;
+}
+
+int npy_read(const char *path, Tensor *t, FlError *err)
+{
+    return npy_read_as(path, NPY_FLOAT32, t, err);
 }
 
 /* ---- writing --------------------------------------------------------------------------- */

@@ -1,4 +1,5 @@
-/* npy.h — reading and writing NumPy .npy files: little-endian float32 ('<f4'), C order, 0-4 dims.
+/* npy.h — reading and writing NumPy .npy files: little-endian float32 ('<f4'), C order, 0-4 dims;
+ * little-endian int32 ('<i4') is read only where a case format names it (npy_read_as).
  * Anything else (other dtype, Fortran order, bad or truncated header, truncated data, trailing
  * bytes) is refused with one line that names the file and the problem. */
 #ifndef FLASHLAB_NPY_H
@@ -11,8 +12,13 @@
 extern "C" {
 #endif
 
-/* Reads path into t (allocates t->data). Returns FL_OK or FL_BAD_INPUT. */
+typedef enum { NPY_FLOAT32, NPY_INT32 } NpyDtype;
+
+/* Reads path, which must hold float32, into t (allocates t->data). Returns FL_OK or FL_BAD_INPUT. */
 int npy_read(const char *path, Tensor *t, FlError *err);
+/* The same for a file that must hold `dtype`. For NPY_INT32, t->data holds int32 values (both are
+ * 4 bytes): read them through tensor_int32(t). */
+int npy_read_as(const char *path, NpyDtype dtype, Tensor *t, FlError *err);
 /* Writes t to path atomically: into a temporary file in the same folder, then renamed, so a
  * failure never leaves a half-written file. Returns FL_OK or FL_BAD_INPUT. */
 int npy_write(const char *path, const Tensor *t, FlError *err);

@@ -23,6 +23,8 @@ size_t tensor_bytes(const Tensor *t);
  * Returns 0, or -1 when out of memory. */
 int tensor_alloc_poisoned(Tensor *t, int ndim, const int64_t *shape);
 void tensor_free(Tensor *t);
+/* The elements of a tensor read as int32 (npy_read_as with NPY_INT32): same size, other type. */
+static inline const int32_t *tensor_int32(const Tensor *t) { return (const int32_t *)(const void *)t->data; }
 /* "(1, 4, 512, 64)" into buf. */
 const char *tensor_shape_str(const Tensor *t, char *buf, size_t len);
 

@@ -4,9 +4,10 @@
 Regenerates every case into a temporary folder and compares it with golden/cases:
   * the same case folders, and the same files in each;
   * case.json equal as JSON values;
-  * inputs (q k v do sinks; for the MLA cases x ckv kpe and the w_* weights) bit-identical: they
-    come from fixed seeds and a float32 rounding, so any difference means the generator or its
-    seeds changed;
+  * inputs (q k v do sinks; for the MLA cases x ckv kpe and the w_* weights; for the paged cases
+    k_pages v_pages, NaN-filled slots included, and the int32 block_table seq_lens) bit-identical:
+    they come from fixed seeds and a float32 rounding, so any difference means the generator or
+    its seeds changed;
   * expected outputs equal within |new - committed| <= 1e-7 + 1e-6 |committed|, with the same
     infinities. The reference runs in float64 through BLAS (einsum/matmul), and a different BLAS
     or CPU may sum in another order and change the last bits, which can flip a float32 rounding;
@@ -35,7 +36,8 @@ except ImportError:
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INPUTS = {"q.npy", "k.npy", "v.npy", "do.npy", "sinks.npy",                  # attention
           "x.npy", "ckv.npy", "kpe.npy", "w_dq.npy", "w_uq.npy", "w_qr.npy",  # MLA (stage 09)
-          "w_uk.npy", "w_uv.npy", "w_o.npy"}
+          "w_uk.npy", "w_uv.npy", "w_o.npy",
+          "k_pages.npy", "v_pages.npy", "block_table.npy", "seq_lens.npy"}  # paged (stage 11)
 RTOL, ATOL = 1e-6, 1e-7
 
 

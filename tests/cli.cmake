@@ -83,6 +83,21 @@ cli_test(bench_mla_json 0 "\"mla\": \\{\"D\": 32" bench --stages 09 --B 1 --H 2 
          --rope-dim 4 --model-dim 32 --q-rank 8 --reps 1 --json)
 cli_test(bench_odd_rope 2 "--rope-dim must be even" bench --stages 09 --rope-dim 3)
 
+# Stage 11's paged decode cases: bad ones are refused with exit 2 naming the file and the entry;
+# `run 11` on a user-made paged folder writes o.npy and lse.npy equal to the golden ones; a stage
+# without the paged feature refuses a named paged case with exit 3 naming stage 11.
+add_test(NAME cli_bad_paged
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cli_bad_paged.sh $<TARGET_FILE:flashlab>
+                 ${cli_golden}/paged_ragged_tq1 ${cli_work}/bad_paged)
+set_tests_properties(cli_bad_paged PROPERTIES LABELS "cli;cpu;stage11")
+foreach(case paged_gptoss paged_page1)
+  add_test(NAME cli_run_${case}
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cli_run_case.sh $<TARGET_FILE:flashlab>
+                   $<TARGET_FILE:test_cli_compare> 11 ${cli_golden}/${case} ${cli_work}/run_${case})
+  set_tests_properties(cli_run_${case} PROPERTIES LABELS "cli;cpu;stage11")
+endforeach()
+cli_test(paged_case_on_stage_08 3 "paged; stage 11 adds it" check 08 ${cli_golden}/paged_gqa_tq3)
+
 # `flashlab check --json`, the grade report: valid JSON, "pass" / "fail" per case, the reference's
 # HBM bytes beside the variant's, and the exit status of the text mode.
 if(FLASHLAB_PYTHON)

@@ -23,7 +23,7 @@ set_tests_properties(golden_regenerate golden_selftest PROPERTIES
 
 # Hidden cases for grading: golden/make_golden.py --seed 1 --out <build>/tests/hidden_cases/...
 # (the same case list, other inputs) must be reproducible byte for byte, differ from the committed
-# inputs, pass `flashlab check 07` (plain and causal cases) and `check 09` (MLA), and --seed must
+# inputs, pass `flashlab check 07` (plain and causal cases), `check 09` (MLA) and `check 11` (paged), and --seed must
 # be refused (exit 2) without --out. tests/hidden_cases.py exits 77 without NumPy.
 set(golden_hidden_args ${PROJECT_SOURCE_DIR}/tests/hidden_cases.py --flashlab $<TARGET_FILE:flashlab>
     --work ${CMAKE_CURRENT_BINARY_DIR}/hidden_cases --seed 1)

@@ -5,10 +5,13 @@ Writes the cases with --seed N (default 1) into WORK and checks that
   (a) the same seed twice gives the same folder byte for byte;
   (b) it is the committed case list (the same case folders, files, case.json and array shapes)
       with other inputs: every input .npy (q.npy of plain_t1 and tour, x.npy of the MLA cases,
-      ...) differs from the committed one, and seed N+1 differs again;
+      k_pages.npy of the paged ones, ...) differs from the committed one, and seed N+1 differs
+      again. Two paged inputs are exceptions: seq_lens.npy is part of the case list and must equal
+      the committed one, and block_table.npy (the page order, drawn from the seed) may by chance
+      coincide on a small pool, so it is not required to differ;
   (c) `flashlab check 07` passes on every causal or plain hidden case (Hq = Hkv, no window, sink
-      tokens or learned sinks) and `flashlab check 09` on every mla_* one: the stages are correct,
-      so they pass on any seed;
+      tokens or learned sinks), `flashlab check 09` on every mla_* one and `flashlab check 11` on
+      every paged_* one: the stages are correct, so they pass on any seed;
   (d) --seed without --out, with --out at the committed golden/cases (spelled another way) and
       with a negative N exits 2 with one line and writes nothing. These refusals run on a copy of
       the generator in WORK, so a broken refusal writes into the copy's golden/cases, never into
@@ -39,6 +42,9 @@ GENERATOR = os.path.join(ROOT, "golden", "make_golden.py")
 COMMITTED = os.path.join(ROOT, "golden", "cases")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_golden import INPUTS, list_cases as case_dirs  # noqa: E402  (the input files; case folders)
+
+FIXED_INPUTS = {"seq_lens.npy"}       # paged: the sequence lengths belong to the case list
+LAYOUT_INPUTS = {"block_table.npy"}   # paged: a random page order; may repeat on a small pool
 
 failures = []
 
@@ -97,7 +103,7 @@ def same_list_other_inputs(hidden, other_seed_dir, seed):
                  f"hidden case folders differ from the committed ones: "
                  f"{sorted(set(names) ^ set(case_dirs(COMMITTED)))}"):
         return
-    n_inputs = 0
+    n_inputs, tables, new_tables = 0, 0, 0
     for name in names:
         h, c = os.path.join(hidden, name), os.path.join(COMMITTED, name)
         files = sorted(os.listdir(h))
@@ -113,20 +119,33 @@ def same_list_other_inputs(hidden, other_seed_dir, seed):
             a, b = np.load(os.path.join(h, f)), np.load(os.path.join(c, f))
             check(a.dtype == b.dtype and a.shape == b.shape,
                   f"{name}/{f}: {a.dtype}{a.shape} vs committed {b.dtype}{b.shape}")
-            if f in INPUTS:
+            if f in FIXED_INPUTS:
+                check(read(os.path.join(h, f)) == read(os.path.join(c, f)),
+                      f"{name}/{f}: differs from the committed one (it is part of the case list)")
+            elif f in LAYOUT_INPUTS:
+                tables += 1
+                new_tables += read(os.path.join(h, f)) != read(os.path.join(c, f))
+            elif f in INPUTS:
                 n_inputs += 1
                 check(read(os.path.join(h, f)) != read(os.path.join(c, f)),
                       f"{name}/{f}: the hidden input equals the committed one")
-    for name, f in (("plain_t1", "q.npy"), ("tour", "q.npy"), ("mla_decode_tq1", "x.npy")):
+    for name, f in (("plain_t1", "q.npy"), ("tour", "q.npy"), ("mla_decode_tq1", "x.npy"),
+                    ("paged_gptoss", "k_pages.npy")):
         check(read(os.path.join(hidden, name, f)) != read(os.path.join(other_seed_dir, name, f)),
               f"{name}/{f}: seeds {seed} and {seed + 1} gave the same input")
+    check(tables == 0 or new_tables > 0,
+          f"all {tables} paged block tables equal the committed ones: the page order ignores "
+          "the seed")
     print(f"(b) {len(names)} cases: same folders, files, case.json and shapes as golden/cases; "
-          f"all {n_inputs} input files differ from the committed ones and from seed {seed + 1}")
+          f"all {n_inputs} input files differ from the committed ones and from seed {seed + 1}; "
+          f"{new_tables} of {tables} paged block tables hold another page order")
 
 
 def plain_or_causal(folder):
-    """A case of stage 07: Hq = Hkv, no window, no sink tokens, no learned sinks."""
-    if not os.path.isfile(os.path.join(folder, "q.npy")):
+    """A case of stage 07: Hq = Hkv, no window, no sink tokens, no learned sinks. (MLA and paged
+    cases have no k.npy and are not stage 07 cases.)"""
+    if not (os.path.isfile(os.path.join(folder, "q.npy")) and
+            os.path.isfile(os.path.join(folder, "k.npy"))):
         return False
     with open(os.path.join(folder, "case.json")) as f:
         meta = json.load(f)
@@ -142,9 +161,10 @@ def stages_pass(flashlab, hidden):
     names = case_dirs(hidden)
     s07 = [os.path.join(hidden, n) for n in names if plain_or_causal(os.path.join(hidden, n))]
     s09 = [os.path.join(hidden, n) for n in names if n.startswith("mla_")]
+    s11 = [os.path.join(hidden, n) for n in names if n.startswith("paged_")]
     check(any(p.endswith("/tour") for p in s07) and any(p.endswith("/causal_t1") for p in s07)
-          and len(s09) >= 1, f"case selection looks wrong: 07 {s07}, 09 {s09}")
-    for stage, dirs in (("07", s07), ("09", s09)):
+          and len(s09) >= 1 and len(s11) >= 1, f"case selection looks wrong: 07 {s07}, 09 {s09}, 11 {s11}")
+    for stage, dirs in (("07", s07), ("09", s09), ("11", s11)):
         r = run([flashlab, "check", stage] + dirs)
         last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else "(no output)"
         if check(r.returncode == 0, f"flashlab check {stage} on {len(dirs)} hidden cases exited "

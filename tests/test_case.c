@@ -352,6 +352,34 @@ static void test_mla_case(void)
     }
 }
 
+/* A golden paged decode case (stage 11): the pools, the int32 index files, Tk = the longest
+ * sequence; and page_size is a key of paged cases only. */
+static void test_paged_case(void)
+{
+    Case c;
+    FlError err = {{0}};
+    const char *golden = FLASHLAB_SOURCE_DIR "/golden/cases/paged_gqa_tq3";
+    if (case_load(golden, 1, &c, &err) != FL_OK) {
+        test_fail(__FILE__, __LINE__, "golden paged case refused: %s", err.msg);
+    } else {
+        const AttnProblem *p = &c.problem;
+        EXPECT(c.is_paged && !c.is_mla && p->B == 3 && p->Hq == 8 && p->Hkv == 2 && p->Tq == 3);
+        EXPECT(p->page_size == 8 && p->num_pages == 13 && p->max_pages == 7 && p->Tk == 41 && p->causal);
+        EXPECT(p->seq_lens[0] == 3 && p->seq_lens[1] == 20 && p->seq_lens[2] == 41);
+        EXPECT(p->block_table[0] >= 0 && p->block_table[1] == -1 && p->k == c.k.data);
+        EXPECT(attn_k_numel(p) == (size_t)13 * 8 * 2 * 24 && (attn_required_features(p) & FEAT_PAGED));
+        EXPECT(c.expected[OUT_O].data && c.expected[OUT_LSE].data && !c.expected[OUT_DQ].data);
+        case_free(&c);
+    }
+    char dir[512];
+    new_case_dir(dir, sizeof dir); /* a contiguous case with a page size */
+    write_tensor(dir, "q.npy", 4, 1, 2, 3, 8);
+    write_tensor(dir, "k.npy", 4, 1, 2, 5, 8);
+    write_tensor(dir, "v.npy", 4, 1, 2, 5, 8);
+    write_text(dir, "case.json", "{\"page_size\": 4}");
+    expect_refused(dir, 0, "case.json", "unknown key 'page_size'", __LINE__);
+}
+
 int main(void)
 {
     if (test_tmpdir_make(tmpdir, sizeof tmpdir, "test_case") != 0)
@@ -362,6 +390,7 @@ int main(void)
     test_bad_inputs();
     test_bad_case_json();
     test_mla_case();
+    test_paged_case();
     test_tmpdir_remove(tmpdir);
     return test_exit_code("test_case");
 }

@@ -223,6 +223,39 @@ static void test_malformed(void)
     expect_refused("long_header.npy", "truncated header", __LINE__);
 }
 
+/* int32 is read only when asked for (a paged case's block table and sequence lengths), and a
+ * float32 file is refused there just as an int32 file is refused where float32 is expected. */
+static void test_int32(void)
+{
+    static const unsigned char values[12] = {5, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 1, 0, 0};
+    write_raw("i4.npy", 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }", 1, 0);
+    FILE *f = fopen(fixture("i4.npy"), "ab");
+    if (f) {
+        fwrite(values, 1, sizeof values, f);
+        fclose(f);
+    }
+    Tensor t;
+    FlError err = {{0}};
+    EXPECT(npy_read_as(fixture("i4.npy"), NPY_INT32, &t, &err) == FL_OK);
+    EXPECT(t.ndim == 1 && t.shape[0] == 3);
+    if (t.data) {
+        const int32_t *x = tensor_int32(&t);
+        EXPECT(x[0] == 5 && x[1] == -1 && x[2] == 256);
+    }
+    tensor_free(&t);
+    expect_refused("i4.npy", "expected little-endian float32 '<f4'", __LINE__);
+
+    write_raw("f4.npy", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", 1, 12);
+    EXPECT(npy_read_as(fixture("f4.npy"), NPY_INT32, &t, &err) == FL_BAD_INPUT && t.data == NULL);
+    EXPECT(strstr(err.msg, "expected little-endian int32 '<i4'") != NULL);
+    write_raw("i4be.npy", 1, "{'descr': '>i4', 'fortran_order': False, 'shape': (3,), }", 1, 12);
+    EXPECT(npy_read_as(fixture("i4be.npy"), NPY_INT32, &t, &err) == FL_BAD_INPUT);
+    EXPECT(strstr(err.msg, "big-endian int32") != NULL);
+    write_raw("i8.npy", 1, "{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }", 1, 24);
+    EXPECT(npy_read_as(fixture("i8.npy"), NPY_INT32, &t, &err) == FL_BAD_INPUT);
+    EXPECT(strstr(err.msg, "'<i8'") != NULL);
+}
+
 static void test_write_failures(void)
 {
     char missing_dir[512], path[600];
@@ -255,6 +288,7 @@ int main(void)
     test_round_trip();
     test_header_variants();
     test_malformed();
+    test_int32();
     test_write_failures();
     test_tmpdir_remove(tmpdir);
     return test_exit_code("test_npy");

@@ -24,6 +24,10 @@
 #                         prefill T = 4096, both variants; plain MHA decode through stage 08; the
 #                         latent kernel's own time and DRAM bytes from Nsight Compute)
 #   DECODE_ARGS="--B 8 --H 32 --Hkv 8 --Tq 1 --T 16384 --d 128"   the decode problem
+#   SKIP_PAGED=1          no paged decode bench (stage 11 on a paged cache, page size 16, against
+#                         stage 08 on the contiguous problem and SDPA with enable_gqa; Hq = 32,
+#                         Hkv = 8, d = 128, Tq = 1, for each B of PAGED_B and T of PAGED_T)
+#   PAGED_B="1 8 64"  PAGED_T=4096,32768,131072   its sizes;  SKIP_PAGED_SDPA=1  without SDPA
 #   REPS=10               timed runs per shape (flashlab and SDPA)
 # Exit status: 0 when every part that ran passed, else 1.
 set -uo pipefail
@@ -274,6 +278,24 @@ if [ "${SKIP_MLA:-0}" != 1 ] && in_list 09 "$bench_stages"; then
   fi
   python3 tools/mla_report.py "$OUT" | tee "$OUT/mla.txt"
   record "MLA report" $?
+fi
+
+if [ "${SKIP_PAGED:-0}" != 1 ] && in_list 11 "$bench_stages"; then
+  PAGED_T=${PAGED_T:-4096,32768,131072}
+  step "paged decode: stage 11 (page size 16) vs stage 08 (contiguous) vs SDPA; B in ${PAGED_B:-1 8 64}, T = $PAGED_T"
+  [ -s "$OUT/copy_bandwidth.json" ] || python3 tools/sdpa_bench.py --copy-bandwidth --json "$OUT/copy_bandwidth.json"
+  for b in ${PAGED_B:-1 8 64}; do
+    "$FLASHLAB" bench --device cuda --stages 08,11 --variant "" --B "$b" --H 32 --Hkv 8 --Tq 1 --T "$PAGED_T" --d 128 \
+      --causal --page-size 16 --reps "$REPS" --json >"$OUT/paged_b$b.json"
+    record "paged decode bench B=$b" $?
+    if [ "${SKIP_PAGED_SDPA:-0}" != 1 ]; then
+      python3 tools/sdpa_bench.py --decode --B "$b" --H 32 --Hkv 8 --Tq 1 --T "$PAGED_T" --d 128 --reps "$REPS" \
+        --json "$OUT/paged_sdpa_b$b.json"
+      record "SDPA decode B=$b" $?
+    fi
+  done
+  python3 tools/decode_report.py "$OUT" | tee "$OUT/paged.txt"
+  record "paged decode report" $?
 fi
 
 echo

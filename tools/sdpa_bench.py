@@ -16,6 +16,9 @@ PyTorch is needed only here, on the GPU machine; nothing in the C build uses thi
   python3 tools/sdpa_bench.py --direction bwd --json sdpa_bwd.json   # forward + backward
   python3 tools/sdpa_bench.py --compare bench.json sdpa.json   # summary table: ours vs SDPA
   python3 tools/sdpa_bench.py --copy-bandwidth             # device-to-device copy GB/s (the roofline)
+  python3 tools/sdpa_bench.py --decode --B 1,8 --H 32 --Hkv 8 --T 4096,32768 --d 128 --json dec.json
+      # one decoding step (Tq = 1, causal is the same thing there) with enable_gqa=True on contiguous
+      # K/V, default backend choice: the reference beside stage 11
 """
 import argparse
 import json
@@ -122,6 +125,55 @@ def copy_bandwidth(reps=20, gib=2):
     return {"device": torch.cuda.get_device_name(0), "bytes": 2 * n * 4, "time_ms": ms, "gb_per_s": gbps}
 
 
+def run_decode(args):
+    """One decoding step per (B, T): q (B, H, Tq, d), k and v (B, Hkv, T, d), float32, TF32 off,
+    SDPA with enable_gqa=True and PyTorch's own backend choice. Reports the median time and the
+    K/V bytes per second, B*Hkv*T*2d*4 / time, the traffic a decode step cannot avoid."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    device = torch.cuda.get_device_name(0)
+    rows = []
+    for B in int_list(str(args.B)):
+        for T in int_list(args.T):
+            for d in int_list(args.d):
+                row = {"backend": "default (enable_gqa)", "device": device, "B": B, "Hq": args.H, "Hkv": args.Hkv,
+                       "Tq": args.Tq, "T": T, "d": d, "kv_bytes": B * args.Hkv * T * 2 * d * 4,
+                       "time_ms": None, "kv_gb_per_s": None, "note": None}
+                try:
+                    gen = torch.Generator(device="cuda").manual_seed(T * 131 + d)
+                    q = torch.randn(B, args.H, args.Tq, d, device="cuda", generator=gen)
+                    k, v = (torch.randn(B, args.Hkv, T, d, device="cuda", generator=gen) for _ in range(2))
+                    causal = args.Tq > 1  # bottom-right causal equals no mask for a single query
+                    samples = []
+                    for i in range(args.warmup + args.reps):
+                        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        start.record()
+                        F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+                        stop.record()
+                        stop.synchronize()
+                        if i >= args.warmup:
+                            samples.append(start.elapsed_time(stop))
+                    row["time_ms"] = statistics.median(samples)
+                    row["kv_gb_per_s"] = row["kv_bytes"] / (row["time_ms"] * 1e6)
+                    del q, k, v
+                except torch.OutOfMemoryError:
+                    row["note"] = "skipped: out of GPU memory"
+                except (RuntimeError, TypeError) as e:
+                    row["note"] = "skipped: " + str(e).splitlines()[0][:120]
+                finally:
+                    torch.cuda.empty_cache()
+                rows.append(row)
+                value = ("%10.3f ms  %8.1f GB/s of K/V" % (row["time_ms"], row["kv_gb_per_s"])) if row["time_ms"] \
+                    else row["note"]
+                print("sdpa decode B=%d Hq=%d Hkv=%d Tq=%d T=%-6d d=%-4d %s" % (B, args.H, args.Hkv, args.Tq, T, d,
+                                                                              value), flush=True)
+    return rows
+
+
 def compare(flashlab_json, sdpa_jsons):
     """One table per direction and (T, d): each flashlab CUDA implementation and each SDPA
     backend, TFLOP/s and the ratios to SDPA's memory-efficient and math backends."""
@@ -175,13 +227,17 @@ def compare_direction(direction, causal, ours, theirs, device):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--B", type=int, default=DEFAULT_B)
+    ap.add_argument("--B", default=str(DEFAULT_B), help="batch size (--decode: a comma-separated list)")
     ap.add_argument("--H", type=int, default=DEFAULT_H)
     ap.add_argument("--T", default=DEFAULT_T, help="comma-separated sequence lengths")
     ap.add_argument("--d", default=DEFAULT_D, help="comma-separated head dims")
     ap.add_argument("--direction", choices=("fwd", "bwd"), default="fwd",
                     help="fwd: the forward pass; bwd: forward + backward through autograd")
     ap.add_argument("--causal", action="store_true", help="is_causal=True (FLOPs halved)")
+    ap.add_argument("--decode", action="store_true",
+                    help="time one decoding step with enable_gqa=True (uses --B list, --H, --Hkv, --Tq, --T, --d)")
+    ap.add_argument("--Hkv", type=int, default=8, help="--decode: kv heads")
+    ap.add_argument("--Tq", type=int, default=1, help="--decode: new tokens per sequence")
     ap.add_argument("--copy-bandwidth", action="store_true",
                     help="only measure the device-to-device copy bandwidth (GB/s, read + written)")
     ap.add_argument("--warmup", type=int, default=3)
@@ -204,7 +260,11 @@ def main():
             with open(args.json, "w") as f:
                 json.dump(row, f, indent=1)
         return 0
-    rows = run_bench(args)
+    if args.decode:
+        rows = run_decode(args)
+    else:
+        args.B = int(args.B)
+        rows = run_bench(args)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
