@@ -26,18 +26,23 @@ typedef struct {
     size_t len, cap;
 } Buf;
 
+/* Out of memory is not a condition the generator can report usefully: it stops. */
+static void *checked(void *p)
+{
+    if (!p) {
+        fprintf(stderr, "flashlab exercise: out of memory\n");
+        abort();
+    }
+    return p;
+}
+
 static void buf_add(Buf *b, const char *s, size_t n)
 {
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
         while (cap < b->len + n + 1)
             cap *= 2;
-        char *grown = realloc(b->text, cap);
-        if (!grown) {
-            fprintf(stderr, "flashlab exercise: out of memory\n");
-            abort();
-        }
-        b->text = grown, b->cap = cap;
+        b->text = checked(realloc(b->text, cap)), b->cap = cap;
     }
     memcpy(b->text + b->len, s, n);
     b->len += n;
@@ -293,8 +298,8 @@ static int render_hunks(const Exercise *ex, const CopyFile *f, int first, Buf *o
     size_t pos = 0, len, cap = 1;
     for (const char *c = f->hunks.text; c && *c; c++)
         cap += *c == '\n';
-    Lines old_lines = {malloc(cap * sizeof(char *)), malloc(cap * sizeof(size_t)), 0};
-    Lines new_lines = {malloc(cap * sizeof(char *)), malloc(cap * sizeof(size_t)), 0};
+    Lines old_lines = {checked(malloc(cap * sizeof(char *))), checked(malloc(cap * sizeof(size_t))), 0};
+    Lines new_lines = {checked(malloc(cap * sizeof(char *))), checked(malloc(cap * sizeof(size_t))), 0};
     const char *line;
     int new_line_number = 0, todos = 0;
     while (next_line(f->hunks.text, &pos, &line, &len)) {
