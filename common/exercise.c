@@ -801,6 +801,8 @@ int exercise_forward_to_student_build(int argc, char **argv)
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     self[n > 0 ? n : 0] = '\0';
     char *slash = strrchr(self, '/');
+    if (slash && !strcmp(slash + 1, "flashlab_student"))
+        return -1; /* it is the student build: its own lookup says what is missing */
     snprintf(student, sizeof student, "%.*s/flashlab_student", slash ? (int)(slash - self) : 1, slash ? self : ".");
     fflush(stdout);
     if (access(student, X_OK) == 0)
