@@ -1,4 +1,4 @@
-/* flashlab.c — the command-line tool: list, check, run, tour, bench, diff (DESIGN §5).
+/* flashlab.c — the command-line tool: list, check, run, tour, bench, diff, exercise (DESIGN §5).
  *
  * Every subcommand turns harness statuses into exit codes: 0 ok, 1 a check failed, 2 bad usage or
  * bad input, 3 the stage lacks a feature the case asks for, 77 no CUDA device. Errors are one line
@@ -13,17 +13,18 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "attn.h"
 #include "case.h"
 #include "check.h"
 #include "error.h"
+#include "exercise.h"
 #include "hbm.h"
 #include "npy.h"
 #include "random.h"
 #include "runner.h"
+#include "stage_files.h"
 #include "tensor.h"
 
 #define MAX_POSITIONAL 256
@@ -377,19 +378,12 @@ static int has_backward(const StageImpl *impl)
     return impl->backward && (impl->features & FEAT_BACKWARD);
 }
 
-/* "1", "01" or "01_naive" (digits, optionally followed by _name): could name a stage. */
-static int looks_like_stage(const char *s)
-{
-    size_t digits = strspn(s, "0123456789");
-    return digits >= 1 && digits <= 2 && (s[digits] == '\0' || s[digits] == '_');
-}
-
 /* Finds the implementation, or explains on stderr why there is none (returns 2) or why it cannot
  * run here (77). */
 static int resolve_impl(const Options *o, const char *stage, const StageImpl **impl)
 {
     if (o->device == DEVICE_CUDA && !cuda_device_available()) {
-        if (!looks_like_stage(stage))
+        if (!stage_arg_looks_like_stage(stage))
             return usage_error(o->command, "'%s' is not a stage (try 'flashlab list')", stage);
         printf("no CUDA device: skipped (cuda: %s)\n", cuda_device_description());
         return FL_NO_DEVICE;
@@ -1641,127 +1635,76 @@ static int cmd_bench(Options *o)
 
 /* ==== diff ===================================================================================== */
 
-/* The folder name ("07_causal") under stages/ for "7", "07" or "07_causal". */
-static int stage_folder(const char *arg, char *folder, size_t len)
+/* Path of a copy of `path` (relative to the source folder) without exercise-marker lines, in a
+ * temporary file (empty when it cannot be made); /dev/null stays as it is. */
+static int copy_for_diff(const char *path, char *copy, size_t len, FlError *err)
 {
-    if (!looks_like_stage(arg))
-        return usage_error("diff", "'%s' is not a stage number like 06 or 06_backward", arg);
-    char number[3];
-    size_t digits = strspn(arg, "0123456789");
-    snprintf(number, sizeof number, "%s%.*s", digits == 1 ? "0" : "", (int)digits, arg);
-    char **dirs;
-    int n;
-    FlError err = {{0}};
-    if (list_subdirs(FLASHLAB_SOURCE_DIR "/stages", &dirs, &n, &err) != FL_OK) {
-        fprintf(stderr, "flashlab diff: %s\n", err.msg);
-        return FL_BAD_INPUT;
+    if (!strcmp(path, "/dev/null"))
+        return snprintf(copy, len, "%s", path), FL_OK;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(copy, len, "%s/flashlab-diff-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    int fd = mkstemp(copy);
+    if (fd < 0) {
+        copy[0] = '\0';
+        return fl_fail(err, FL_BAD_INPUT, "cannot create a temporary file (%s)", strerror(errno));
     }
-    int found = 0;
-    for (int i = 0; i < n && !found; i++) {
-        const char *base = strrchr(dirs[i], '/') + 1;
-        if (strncmp(base, number, 2) == 0 && base[2] == '_' && (arg[digits] == '\0' || !strcmp(base + 2, arg + digits))) {
-            snprintf(folder, len, "%s", base);
-            found = 1;
-        }
-    }
-    free_names(dirs, n);
-    if (!found)
-    {
-        fprintf(stderr, "flashlab diff: no folder %s/stages/%s_*\n", FLASHLAB_SOURCE_DIR, number);
-        return FL_BAD_INPUT;
-    }
-    return FL_OK;
+    close(fd);
+    char source[4400];
+    snprintf(source, sizeof source, "%s/%s", FLASHLAB_SOURCE_DIR, path);
+    return stage_copy_without_markers(source, copy, err);
 }
 
-static int is_kind(const char *file, const char *kind)
-{
-    if (kind[0] != '.')
-        return !strcmp(file, kind);
-    size_t n = strlen(file), k = strlen(kind);
-    return n > k && !strcmp(file + n - k, kind);
-}
-
-/* Files of one kind in stages/<folder>, sorted. */
-static int files_of_kind(const char *folder, const char *kind, char names[][256], int max)
-{
-    char path[4096];
-    snprintf(path, sizeof path, "%s/stages/%s", FLASHLAB_SOURCE_DIR, folder);
-    struct dirent **entries;
-    int n = scandir(path, &entries, NULL, alphasort);
-    int count = 0;
-    for (int i = 0; i < n; i++) {
-        if (count < max && is_kind(entries[i]->d_name, kind))
-            snprintf(names[count++], 256, "%s", entries[i]->d_name);
-        free(entries[i]);
-    }
-    if (n >= 0)
-        free(entries);
-    return count;
-}
-
-/* `diff -u a b` run in the source folder, so the labels are the relative paths. */
+/* `diff -u a b` with a and b named by their paths relative to the source folder. Exercise markers
+ * (docs/adding_a_stage.md) are no part of the lesson: the files are compared without them. */
 static int run_diff(const char *a, const char *b)
 {
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid < 0) {
-        fprintf(stderr, "flashlab diff: cannot start diff (%s)\n", strerror(errno));
+    char ca[4200] = "", cb[4200] = "";
+    FlError err = {{0}};
+    int status = -1;
+    if (copy_for_diff(a, ca, sizeof ca, &err) == FL_OK && copy_for_diff(b, cb, sizeof cb, &err) == FL_OK) {
+        const char *argv[] = {"diff", "-u", "--label", a, "--label", b, ca, cb, NULL};
+        status = stage_run_program(argv, NULL, STDOUT_FILENO, &err);
+    }
+    if (ca[0] && strcmp(ca, "/dev/null"))
+        unlink(ca);
+    if (cb[0] && strcmp(cb, "/dev/null"))
+        unlink(cb);
+    if (status < 0 || status > 1) {
+        fprintf(stderr, "flashlab diff: %s\n", status < 0 ? err.msg : "the system 'diff' failed");
         return FL_BAD_INPUT;
     }
-    if (pid == 0) {
-        if (chdir(FLASHLAB_SOURCE_DIR) == 0)
-            execlp("diff", "diff", "-u", "--label", a, "--label", b, a, b, (char *)NULL);
-        fprintf(stderr, "flashlab diff: cannot run the system 'diff' (%s)\n", strerror(errno));
-        _exit(127);
-    }
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR)
-            return FL_BAD_INPUT;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) > 1)
-        return FL_BAD_INPUT;
-    if (WEXITSTATUS(status) == 0)
+    if (status == 0)
         printf("(%s and %s are identical)\n", a, b);
     return FL_OK;
 }
 
-/* Index of `name` in names[0..n), or -1. */
-static int name_index(char names[][256], int n, const char *name)
-{
-    for (int i = 0; i < n; i++)
-        if (!strcmp(names[i], name))
-            return i;
-    return -1;
-}
-
-/* One kind of file of stages fa and fb: files with the same name are diffed (or the only file of
- * each, when both have exactly one); a file new in fb is shown in full as added lines (it is part
- * of the lesson); a file only in fa is named. */
+/* One kind of file of stages fa and fb: paired files (stage_files_partner) are diffed; a file new
+ * in fb is shown in full as added lines (it is part of the lesson); a file only in fa is named. */
 static int diff_kind(const char *fa, const char *fb, const char *kind)
 {
-    char a[8][256], b[8][256];
-    int na = files_of_kind(fa, kind, a, 8), nb = files_of_kind(fb, kind, b, 8);
-    if (na == 0 && nb == 0)
+    StageFiles a, b;
+    stage_files_list(fa, kind, &a);
+    stage_files_list(fb, kind, &b);
+    if (a.count == 0 && b.count == 0)
         return FL_OK;
     printf("==== %s ====\n", kind);
-    const int single = na == 1 && nb == 1;
     int rc = FL_OK;
     char pa[4400], pb[4400];
-    for (int i = 0; i < na; i++) {
-        const int j = single ? 0 : name_index(b, nb, a[i]);
-        snprintf(pa, sizeof pa, "stages/%s/%s", fa, a[i]);
+    for (int i = 0; i < a.count; i++) {
+        const int j = stage_files_partner(&a, i, &b);
+        snprintf(pa, sizeof pa, "stages/%s/%s", fa, a.names[i]);
         if (j < 0) {
-            printf("only in stages/%s: %s\n", fa, a[i]);
+            printf("only in stages/%s: %s\n", fa, a.names[i]);
             continue;
         }
-        snprintf(pb, sizeof pb, "stages/%s/%s", fb, b[j]);
+        snprintf(pb, sizeof pb, "stages/%s/%s", fb, b.names[j]);
         rc = worse(rc, run_diff(pa, pb));
     }
-    for (int m = 0; m < nb && !single; m++) {
-        if (name_index(a, na, b[m]) >= 0)
+    for (int m = 0; m < b.count; m++) {
+        if (stage_files_partner(&b, m, &a) >= 0)
             continue;
-        printf("new in stages/%s: %s\n", fb, b[m]);
-        snprintf(pb, sizeof pb, "stages/%s/%s", fb, b[m]);
+        printf("new in stages/%s: %s\n", fb, b.names[m]);
+        snprintf(pb, sizeof pb, "stages/%s/%s", fb, b.names[m]);
         rc = worse(rc, run_diff("/dev/null", pb));
     }
     return rc;
@@ -1772,14 +1715,28 @@ static int cmd_diff(Options *o)
     if (o->npositional != 2)
         return usage_error("diff", "needs two stages, e.g. 'flashlab diff 06 07'%s", "");
     char fa[256], fb[256];
-    int rc = stage_folder(o->positional[0], fa, sizeof fa);
-    if (rc == FL_OK)
-        rc = stage_folder(o->positional[1], fb, sizeof fb);
+    FlError err = {{0}};
+    if (stage_folder_find(o->positional[0], fa, sizeof fa, &err) != FL_OK ||
+        stage_folder_find(o->positional[1], fb, sizeof fb, &err) != FL_OK) {
+        fprintf(stderr, "flashlab diff: %s\n", err.msg);
+        return FL_BAD_INPUT;
+    }
+    int rc = FL_OK;
+    for (int k = 0; stage_file_kinds[k]; k++)
+        rc = worse(rc, diff_kind(fa, fb, stage_file_kinds[k]));
+    return rc;
+}
+
+/* ==== exercise ================================================================================= */
+
+static int cmd_exercise(Options *o)
+{
+    if (o->npositional != 2)
+        return usage_error("exercise", "needs a stage and a folder, e.g. 'flashlab exercise 07 ex07'%s", "");
+    FlError err = {{0}};
+    int rc = exercise_write(o->positional[0], o->positional[1], &err);
     if (rc != FL_OK)
-        return rc;
-    static const char *kinds[] = {".h", ".c", ".cu", "README.md"};
-    for (int k = 0; k < 4; k++)
-        rc = worse(rc, diff_kind(fa, fb, kinds[k]));
+        fprintf(stderr, "flashlab exercise: %s\n", err.msg);
     return rc;
 }
 
@@ -1898,6 +1855,23 @@ static const Command commands[] = {
      "A file new in B is shown in full as added lines (diff against /dev/null); a file only in A is\n"
      "named. A and B are stage numbers or folder names (6, 06, 06_backward).\n"
      "Exit: 0 (differences are the point); 2 a stage folder does not exist or diff cannot run.\n"},
+    {"exercise", cmd_exercise, "flashlab exercise STAGE DIR",
+     "Writes a student copy of STAGE into DIR (a new or empty folder): the stage's .c, .cu and .h files\n"
+     "with the lesson taken out as numbered TODO blocks, '// TODO(exercise K/N, stage NN): ...' to\n"
+     "'// END TODO(exercise K/N)'; a README.md with the task and the commands; a CMakeLists.txt.\n"
+     "A file that continues a file of the stage it was copied from (the stage's README names it in\n"
+     "'flashlab diff MM NN') gets one block per change of that diff, holding stage MM's lines, live,\n"
+     "so the copy compiles; changes to comments only and the StageImpl registration keep stage NN's\n"
+     "lines. A file with exercise markers ('exercise: begin' ... 'exercise: end', docs/adding_a_stage.md)\n"
+     "gets one block per marked region instead, with the marker's stub as its only code; in a stage\n"
+     "with markers, its files without them are copied as they are, and so is a new file with no\n"
+     "earlier partner. The copy compiles and fails the stage's checks until the TODOs are done.\n"
+     "Build it as variant 'student' of its stage: cmake --preset default -DFLASHLAB_STUDENT_DIR=DIR; then\n"
+     "'ctest -R stageNN' runs its tests too and 'flashlab check NN --variant student' checks it (run by\n"
+     "build/flashlab_student, which flashlab hands every --variant student* request to).\n"
+     "Files are written to a temporary folder beside DIR and renamed to DIR at the end: a failure\n"
+     "leaves nothing behind. docs/teaching.md describes the whole course set-up.\n"
+     "Exit: 0 ok; 2 bad usage, an unknown stage, DIR exists and is not empty, or the stage gives no TODO.\n"},
 };
 #define NCOMMANDS (int)(sizeof commands / sizeof commands[0])
 
@@ -1916,6 +1890,9 @@ static void print_main_help(FILE *f)
 
 int main(int argc, char **argv)
 {
+    int forwarded = exercise_forward_to_student_build(argc, argv);
+    if (forwarded >= 0)
+        return forwarded;
     if (argc < 2) {
         print_main_help(stderr);
         return FL_BAD_INPUT;

@@ -36,6 +36,7 @@ static uint64_t float_bytes(size_t n) { return (uint64_t)n * sizeof(float); }
  * lse = m + log l, the log of the softmax denominator. */
 static float softmax_row(float *s, size_t n)
 {
+    /* exercise: begin — the row softmax and its lse (see above) | stub: (void)s, (void)n; return 0.0f; */
     float m = -INFINITY;
     for (size_t j = 0; j < n; j++)
         m = fmaxf(m, s[j]);
@@ -48,6 +49,7 @@ static float softmax_row(float *s, size_t n)
     for (size_t j = 0; j < n; j++)
         s[j] *= inv_l;
     return m + logf(l);
+    /* exercise: end */
 }
 
 /* S (then P) of every head: (B, Hq, Tq, Tk) floats. */
@@ -70,8 +72,10 @@ static int naive_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlEr
     // Pass 1: S = Q K^T * scale   (Tq, Tk) per head
     for (size_t bh = 0; bh < heads; bh++) {
         const Head x = head_slices(p, t, bh);
+        /* exercise: begin — S = Q K^T * scale of head bh   (Tq, Tk) | stub: (void)x; */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)Tq, (int)Tk, (int)d, p->scale,
                     x.q, (int)d, x.k, (int)d, 0.0f, S + bh * Tq * Tk, (int)Tk);
+        /* exercise: end */
     }
     hbm_count_read(hbm, float_bytes(heads * Tq * d) + float_bytes(heads * Tk * d)); /* Q, K */
     hbm_count_write(hbm, float_bytes(heads * Tq * Tk));                            /* S */
@@ -87,8 +91,10 @@ static int naive_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlEr
     // Pass 3: O = P V   (Tq, dv) per head
     for (size_t bh = 0; bh < heads; bh++) {
         const Head x = head_slices(p, t, bh);
+        /* exercise: begin — O = P V of head bh   (Tq, dv) | stub: (void)x; */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)Tq, (int)dv, (int)Tk, 1.0f,
                     S + bh * Tq * Tk, (int)Tk, x.v, (int)dv, 0.0f, x.o, (int)dv);
+        /* exercise: end */
     }
     hbm_count_read(hbm, float_bytes(heads * Tq * Tk) + float_bytes(heads * Tk * dv)); /* P, V */
     hbm_count_write(hbm, float_bytes(heads * Tq * dv));                              /* O */

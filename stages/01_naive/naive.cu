@@ -60,9 +60,11 @@ static __global__ void softmax_rows_kernel(float *S, float *lse, int Tk,
     l = l_part[0];
 
     // pass 2: P = exp(S - m) / l, in place
+    /* exercise: begin — P = exp(S - m) / l in place */
     const float inv_l = 1.0f / l;
     for (int j = threadIdx.x; j < Tk; j += blockDim.x)
         s[j] = expf(s[j] - m) * inv_l;
+    /* exercise: end */
 
     if (threadIdx.x == 0) {
         lse[row] = m + logf(l);
@@ -98,10 +100,12 @@ static int naive_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlEr
     const float zero = 0.0f, one = 1.0f, scale = p->scale;
 
     // S = scale * Q K^T   (Tq, Tk) per head
+    /* exercise: begin — S = scale Q K^T, every head in one batched GEMM | stub: (void)scale; */
     rc = fl_cublas_status(cublasSgemmStridedBatched(handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)Tk, (int)Tq, (int)d,
                                                  &scale, p->k, (int)d, Tk * d, p->q, (int)d, Tq * d,
                                                  &zero, S, (int)Tk, Tq * Tk, batch),
                        "cublasSgemmStridedBatched (S = Q K^T)", err);
+    /* exercise: end */
     if (rc != FL_OK)
         return rc;
     rc = hbm_dev_add_from_host(ctx->hbm_dev, 4ull * batch * (Tq * d + Tk * d), 4ull * batch * Tq * Tk, err);
@@ -115,10 +119,12 @@ static int naive_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlEr
         return rc;
 
     // O = P V   (Tq, dv) per head
+    /* exercise: begin — O = P V, every head in one batched GEMM | stub: (void)one, (void)zero; */
     rc = fl_cublas_status(cublasSgemmStridedBatched(handle, CUBLAS_OP_N, CUBLAS_OP_N, (int)dv, (int)Tq, (int)Tk,
                                                  &one, p->v, (int)dv, Tk * dv, S, (int)Tk, Tq * Tk,
                                                  &zero, t->o, (int)dv, Tq * dv, batch),
                        "cublasSgemmStridedBatched (O = P V)", err);
+    /* exercise: end */
     if (rc != FL_OK)
         return rc;
     return hbm_dev_add_from_host(ctx->hbm_dev, 4ull * batch * (Tq * Tk + Tk * dv), 4ull * batch * Tq * dv, err);

@@ -79,6 +79,7 @@ static void online_softmax_row(float *a, size_t n, float *m, float *l, float *al
     float m_new = *m;
     for (size_t j = 0; j < n; j++)
         m_new = fmaxf(m_new, a[j]);
+    /* exercise: begin — the online update of a, alpha, m and l | stub: *alpha = 0.0f; */
     float row_sum = 0.0f;
     for (size_t j = 0; j < n; j++) {
         a[j] = expf(a[j] - m_new);
@@ -92,6 +93,7 @@ static void online_softmax_row(float *a, size_t n, float *m, float *l, float *al
     *alpha = l_old * inv_l;
     *m = m_new;
     *l = l_new;
+    /* exercise: end */
 }
 
 /* Extra memory: one Scratch per worker, O(Tq L) each. */
@@ -132,11 +134,13 @@ static void chunked_head(const AttnProblem *p, const Head x, const Scratch s, si
         hbm_count_write(hbm, float_bytes(Tq * n) + float_bytes(3 * Tq)); /* P~, m, l, alpha */
 
         // O = alpha O + P~ V_j   (Tq, dv)
+        /* exercise: begin — O = alpha O + P~ V_j   (Tq, dv) */
         for (size_t i = 0; i < Tq; i++)
             for (size_t c = 0; c < dv; c++)
                 x.o[i * dv + c] *= s.alpha[i];
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)Tq, (int)dv, (int)n, 1.0f,
                     s.A, (int)n, x.v + j0 * dv, (int)dv, 1.0f, x.o, (int)dv);
+        /* exercise: end */
         hbm_count_read(hbm, float_bytes(Tq * dv) + float_bytes(Tq) +
                                 float_bytes(Tq * n) + float_bytes(n * dv)); /* O, alpha, P~, V_j */
         hbm_count_write(hbm, float_bytes(Tq * dv));                         /* O */

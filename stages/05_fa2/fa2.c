@@ -112,9 +112,11 @@ static void online_softmax_row(float *a, size_t n, float *m, float *l, float *al
         a[j] = expf(a[j] - m_new);
         row_sum += a[j];
     }
+    /* exercise: begin — alpha, l and m, without normalising | stub: *alpha = 1.0f; */
     *alpha = expf(*m - m_new); /* exp(-inf) = 0 on the first chunk */
     *l = *l * *alpha + row_sum;
     *m = m_new;
+    /* exercise: end */
 }
 
 /* FlashForward2 of one query block Q_i (rows from i0) of one head: K/V chunks inner. */
@@ -155,12 +157,14 @@ static void fa2_block(const AttnProblem *p, const Head x, size_t i0, const Tiles
     }
 
     // One rescale: O_i = Õ_i / l_i, lse_i = m_i + log l_i; both written once
+    /* exercise: begin — the one rescale: O_i = Õ_i / l_i, lse_i = m_i + log l_i */
     for (size_t i = 0; i < rows; i++) {
         const float inv_l = 1.0f / s->l[i];
         for (size_t c = 0; c < dv; c++)
             s->O[i * dv + c] *= inv_l;
         s->lse[i] = s->m[i] + logf(s->l[i]);
     }
+    /* exercise: end */
     hbm_store(hbm, x.o + i0 * dv, s->O, rows * dv); /* O_i */
     hbm_store(hbm, x.lse + i0, s->lse, rows);       /* lse_i */
 }

@@ -122,6 +122,7 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
                 mx = fmaxf(mx, x);
             }
             mx = row_max<CG>(mx);
+            /* exercise: begin — the online softmax of row i (base 2): P, l, m, Õ rescaled */
             const float m_new = fmaxf(m[i], mx); // finite: every tile has >= 1 real column
             const float alpha = exp2f(m[i] - m_new);
             float rowsum = 0.0f;
@@ -137,6 +138,7 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
             for (int qq = 0; qq < OQ; qq++)
                 o[i][qq] = make_float4(o[i][qq].x * alpha, o[i][qq].y * alpha, o[i][qq].z * alpha,
                                        o[i][qq].w * alpha);
+            /* exercise: end */
 #pragma unroll
             for (int j = 0; j < TN; j++)
                 Ps[(rg + RG * i) * T::PS + cg + CG * j] = s[i][j];
@@ -166,10 +168,12 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
         const int row = rg + RG * i;
         if (row >= rows_q)
             continue;
+        /* exercise: begin — O = Õ / l and lse, written once */
         store_row<OQ, CG>(a.o + ((size_t)bh * a.Tq + q0 + row) * a.dv, o[i], 1.0f / l[i], a.dv,
                           a.vec_o, cg);
         if (cg == 0)
             a.lse[(size_t)bh * a.Tq + q0 + row] = (m[i] + log2f(l[i])) * kLn2;
+        /* exercise: end */
     }
     if (tid == 0)
         hbm_dev_add(a.hbm, HBM_WRITTEN, (unsigned long long)rows_q * (a.dv + 1) * sizeof(float));

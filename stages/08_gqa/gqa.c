@@ -68,7 +68,12 @@
 #include "parallel.h"
 
 /* Rows that read one kv head: its group's query heads, stacked (R = group * Tq). */
-static size_t packed_rows(const AttnProblem *p) { return (size_t)(p->Hq / p->Hkv) * p->Tq; }
+static size_t packed_rows(const AttnProblem *p)
+{
+    /* exercise: begin — R, the rows that read one kv head | stub: return (size_t)p->Tq; */
+    return (size_t)(p->Hq / p->Hkv) * p->Tq;
+    /* exercise: end */
+}
 
 /* The slices of one kv head g = b * Hkv + j and of the R packed query rows that read it. */
 typedef struct {

@@ -610,7 +610,9 @@ static Fa2Args fa2_args(const AttnProblem *p, AttnTensors *t, const RunCtx *ctx)
 {
     Fa2Args a;
     a.q = p->q, a.k = p->k, a.v = p->v, a.o = t->o, a.lse = t->lse;
+    /* exercise: begin — a.R: the packed rows per kv head | stub: a.R = p->Tq, a.Tk = p->Tk, a.d = p->d, a.dv = p->dv; */
     a.R = p->Hq / p->Hkv * p->Tq, a.Tk = p->Tk, a.d = p->d, a.dv = p->dv;
+    /* exercise: end */
     a.causal = causal_make(p->causal, p->Tq, p->Tk);
     a.scale_log2 = p->scale * kLog2e;
     const auto aligned = [](const void *x) { return ((uintptr_t)x & 15u) == 0; };
@@ -656,7 +658,9 @@ static BwdArgs bwd_args(const AttnProblem *p, AttnTensors *t, const RunCtx *ctx)
     BwdArgs a;
     a.q = p->q, a.k = p->k, a.v = p->v, a.o = t->o, a.lse = t->lse, a.dO = p->dout;
     a.dQ = t->dq, a.dK = t->dk, a.dV = t->dv, a.D = (float *)ctx->workspace;
+    /* exercise: begin — a.R, as in fa2_args | stub: a.R = p->Tq, a.Tk = p->Tk, a.d = p->d, a.dv = p->dv; */
     a.R = p->Hq / p->Hkv * p->Tq, a.Tk = p->Tk, a.d = p->d, a.dv = p->dv;
+    /* exercise: end */
     a.causal = causal_make(p->causal, p->Tq, p->Tk);
     a.scale = p->scale, a.scale_log2 = p->scale * kLog2e;
     const auto aligned = [](const void *x) { return ((uintptr_t)x & 15u) == 0; };

@@ -231,6 +231,7 @@ static void split_block(const AttnProblem *p, size_t g, size_t i0, int split, co
 
     // The split's result over its keys: O_s = Õ / l, lse_s = m + log l. A split that saw no key
     // (l = 0) gives O_s = 0 and lse_s = -inf, which carries no weight in the combine.
+    /* exercise: begin — the split's partial: O_s = Õ / l, lse_s = m + log l (see above) */
     for (size_t i = 0; i < rows; i++) {
         const int empty = s->l[i] == 0.0f;
         const float inv_l = empty ? 0.0f : 1.0f / s->l[i];
@@ -238,6 +239,7 @@ static void split_block(const AttnProblem *p, size_t g, size_t i0, int split, co
             s->O[i * dv + c] *= inv_l;
         s->lse[i] = empty ? -INFINITY : s->m[i] + logf(s->l[i]);
     }
+    /* exercise: end */
     const size_t row0 = (size_t)split * rows_total(p) + g * R + i0; /* packed rows are o's rows */
     hbm_store(hbm, plan->out_o + row0 * dv, s->O, rows * dv);
     hbm_store(hbm, plan->out_lse + row0, s->lse, rows);
@@ -251,6 +253,7 @@ static void combine(const AttnProblem *p, const Plan *plan, AttnTensors *t, int 
     const int splits = plan->splits;
 #pragma omp parallel for num_threads(workers) schedule(static)
     for (long row = 0; row < (long)n; row++) {
+        /* exercise: begin — the lse merge of the row: lse = log sum_s exp(lse_s), O = sum_s exp(lse_s - lse) O_s */
         float m = -INFINITY;
         for (int s = 0; s < splits; s++)
             m = fmaxf(m, plan->out_lse[(size_t)s * n + (size_t)row]);
@@ -268,6 +271,7 @@ static void combine(const AttnProblem *p, const Plan *plan, AttnTensors *t, int 
                 o[c] += w * o_s[c];
         }
         t->lse[row] = lse;
+        /* exercise: end */
     }
     hbm_count_read(hbm, (uint64_t)splits * n * (dv + 1) * sizeof(float));
     hbm_count_write(hbm, (uint64_t)n * (dv + 1) * sizeof(float));

@@ -225,6 +225,7 @@ __global__ void __launch_bounds__(T::NT) split_kernel(DecodeArgs a)
         if (r >= rows)
             continue;
         const size_t row = (size_t)split * rows_total + (size_t)g * a.R + i0 + r; // packed = o's order
+        /* exercise: begin — the chunk's partial O_s and lse_s of row r (see above) | stub: (void)row; */
         const float inv_l = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
 #pragma unroll
         for (int q = 0; q < CPL; q++)
@@ -232,6 +233,7 @@ __global__ void __launch_bounds__(T::NT) split_kernel(DecodeArgs a)
                 a.out_o[row * p.dv + lane + 32 * q] = o[i][q] * inv_l;
         if (lane == 0)
             a.out_lse[row] = l[i] > 0.0f ? (m[i] + log2f(l[i])) * kLn2 : -INFINITY;
+        /* exercise: end */
     }
     if (tid == 0)
         hbm_dev_add(a.hbm, HBM_WRITTEN, (unsigned long long)rows * (p.dv + 1) * sizeof(float));
@@ -250,6 +252,7 @@ __global__ void combine_kernel(const float *part_o, const float *part_lse, float
     }
     if (row >= rows)
         return;
+    /* exercise: begin — the lse merge of the row over the splits, one warp */
     float m = -INFINITY;
     for (int s = lane; s < splits; s += 32)
         m = fmaxf(m, part_lse[(size_t)s * rows + row]);
@@ -267,6 +270,7 @@ __global__ void combine_kernel(const float *part_o, const float *part_lse, float
     }
     if (lane == 0)
         lse[row] = total;
+    /* exercise: end */
 }
 
 // SMs * resident blocks per SM, the units a split plan fills; the first call also raises the
