@@ -74,6 +74,13 @@ const char *attn_feature_added_by(unsigned feature);
 typedef enum { DIR_FWD = 0, DIR_BWD = 1 } Direction;
 typedef enum { DEVICE_CPU = 0, DEVICE_CUDA = 1 } Device;
 
+/* Stage 13 (ring attention): what one rank counted, its HBM traffic and the bytes it sent to and
+ * received from its neighbours in the ring. */
+typedef struct {
+    HbmCounter hbm;
+    uint64_t link_sent, link_received;
+} RankCounter;
+
 /* Everything about one run that is not the problem itself. */
 typedef struct {
     HbmCounter *hbm;     /* counts go here; NULL = counting off (timing). CPU stages count into it
@@ -84,6 +91,8 @@ typedef struct {
     int block_r, block_c;/* tile sizes Br, Bc; 0 = derive from M and d (CPU) or the kernel's own */
     int threads;         /* CPU worker threads, >= 1 */
     int splits;          /* stage 11: key splits per (sequence, kv head); 0 = the stage's heuristic */
+    int ranks;           /* stage 13: ranks P of the ring (0 = 1) */
+    RankCounter *rank_counters; /* stage 13: `ranks` entries it fills, or NULL */
     void *workspace;     /* scratch of StageImpl.workspace_bytes(...) bytes, allocated by the runner
                             (host memory for CPU, device memory for CUDA); NULL when 0 bytes */
 } RunCtx;

@@ -77,6 +77,7 @@ static const OptionSpec option_specs[] = {
     {"--block-c", 1, "check run bench"},
     {"--threads", 1, "check run tour bench"},
     {"--splits", 1, "check run bench"},
+    {"--ranks", 1, "check run bench"},
     {"--page-size", 1, "bench"},
     {"--verbose", 0, "check"},
     {"--out", 1, "run"},
@@ -208,6 +209,8 @@ static int apply_option(Options *o, const char *name, const char *value)
         return parse_int(cmd, name, value, 1, 1 << 20, &o->ctx.block_c);
     if (!strcmp(name, "--threads"))
         return parse_int(cmd, name, value, 1, 4096, &o->ctx.threads);
+    if (!strcmp(name, "--ranks"))
+        return parse_int(cmd, name, value, 1, 64, &o->ctx.ranks);
     if (!strcmp(name, "--splits"))
         return parse_int(cmd, name, value, 1, 1024, &o->ctx.splits);
     if (!strcmp(name, "--page-size"))
