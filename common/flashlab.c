@@ -1759,7 +1759,7 @@ static const Command commands[] = {
     {"check", cmd_check,
      "flashlab check STAGE [CASE_DIR...] [--device cpu|cuda] [--variant V] [--direction fwd|bwd]\n"
      "                     [--sram BYTES] [--block-r N] [--block-c N] [--threads N] [--splits N]\n"
-     "                     [--verbose] [--json]",
+     "                     [--ranks P] [--verbose] [--json]",
      "Runs STAGE (e.g. 3, 03 or 03_tiled) on case folders and compares every output with the case's\n"
      "expected .npy files: |out - ref| <= 1e-4 + 1e-4*|ref| for o and lse, 5e-4 for gradients; NaN/Inf\n"
      "positions must match. Outputs are poisoned with NaN before each run. Prints a header per case, one\n"
@@ -1782,6 +1782,7 @@ static const Command commands[] = {
      "  --block-r/-c N      tile sizes Br, Bc (default: derived from M and d)\n"
      "  --threads N         CPU worker threads (default: all cores)\n"
      "  --splits N          stage 11: split each sequence's keys into N chunks (default: its heuristic)\n"
+     "  --ranks P           stage 13: run the ring over P ranks (CPU threads; default 1)\n"
      "  --verbose           case descriptions, HBM counts, and the golden cases skipped\n"
      "  --json              a grade report instead of the text (one JSON object on stdout): per case\n"
      "                      its status (pass, fail, error), per tensor max abs / max rel error and the\n"
@@ -1795,7 +1796,7 @@ static const Command commands[] = {
      "77 --device cuda without a CUDA device (prints 'no CUDA device: skipped').\n"},
     {"run", cmd_run,
      "flashlab run STAGE CASE_DIR --out DIR [--device cpu|cuda] [--variant V] [--direction fwd|bwd]\n"
-     "                   [--sram BYTES] [--block-r N] [--block-c N] [--threads N] [--splits N]",
+     "                   [--sram BYTES] [--block-r N] [--block-c N] [--threads N] [--splits N] [--ranks P]",
      "Runs STAGE on any case folder (case.json optional, q.npy k.npy v.npy, optional do.npy and\n"
      "sinks.npy; expected files are not needed) and writes float32 o.npy and lse.npy into DIR, plus\n"
      "dq.npy dk.npy dv.npy (and dsinks.npy with sinks.npy) when do.npy is present and the stage has a\n"
@@ -1822,7 +1823,7 @@ static const Command commands[] = {
      "flashlab bench [--device cpu|cuda] [--stages 01,02,03] [--T 512,1024,2048,4096] [--B 1] [--H 8]\n"
      "               [--Hkv N] [--Tq N] [--d 64] [--causal] [--window W] [--sink-tokens S] [--sinks]\n"
      "               [--direction fwd|bwd] [--variant V] [--reps N] [--sram BYTES] [--block-r N]\n"
-     "               [--block-c N] [--threads N] [--json] [--page-size N] [--splits N]\n"
+     "               [--block-c N] [--threads N] [--json] [--page-size N] [--splits N] [--ranks P]\n"
      "               [--latent M] [--rope-dim P] [--model-dim D] [--q-rank MQ]     (stage 09)",
      "Times the stages on seeded random problems: q (B, H, Tq, d), k and v (B, Hkv, T, d), d = dv.\n"
      "By default Tq = T and Hkv = H (self-attention); --Tq 1 --Hkv 8 --H 32 is a GQA decode step\n"
@@ -1831,7 +1832,8 @@ static const Command commands[] = {
      "--variant V benches only that variant of each stage ('' = the default one).\n"
      "--page-size N gives the stages with the paged feature (11) a paged KV cache instead: every sequence's\n"
      "T keys in pages of N slots, pages in a seeded shuffled order (the other stages keep contiguous K/V);\n"
-     "--splits N fixes stage 11's split count. Inputs above 2^24 elements repeat their first 2^24 values.\n"
+     "--splits N fixes stage 11's split count; --ranks P runs stage 13's ring over P ranks. Inputs above\n"
+     "2^24 elements repeat their first 2^24 values.\n"
      "For each (stage implementation, T, d): one counting run (HBM bytes, extra memory) and a timed\n"
      "run: the median of --reps runs after one warm-up, counting off. Prints time in ms, GFLOP/s\n"
      "(TFLOP/s on cuda), HBM bytes read and written, and extra memory, one row per run as it finishes;\n"
