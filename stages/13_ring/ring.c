@@ -11,7 +11,7 @@
  * is [c n / 2P, (c + 1) n / 2P)); rank r holds chunks r and 2P - 1 - r. With the causal mask, query
  * chunk c sees about c + 1/2 chunks of keys, so rank r's work is (r + 1/2) + (2P - 1 - r + 1/2) = 2P
  * chunk pairs whatever r is: no rank waits for another at the end of a step. (With contiguous
- * shares, rank P - 1 would do P times the work of rank 0.)
+ * shares, rank P - 1 would do 2P - 1 times the work of rank 0.)
  *
  * One step s = 0 .. P - 1 of rank r: it holds the K/V shard of rank (r - s) mod P; for each of its
  * query chunks, each head, and each of the held key chunks that some query of the chunk sees, it runs
@@ -27,7 +27,12 @@
  * chunks of k and v into its buffer) is not counted: on GPUs the shards are already where they
  * live. docs/hbm_model.md gives the closed forms. GQA: query head h reads kv head h / (Hq / Hkv);
  * every kv head travels. Supports the causal mask, Hq != Hkv and Tq != Tk (query row i at
- * position i + Tk - Tq); forward only in this version. */
+ * position i + Tk - Tq).
+ *
+ * Backward: D = rowsum(dO ∘ O) and dQ = 0 for the rank's rows, then the same P steps with the
+ * shard carrying dK and dV along with K and V: each rank adds its queries' share of dK and dV
+ * (FA2's backward over the chunk pair, key tiles outer) and sums its own dQ. The shards go round
+ * once more at the end (dK and dV only) so that every rank gets its own keys' gradients back. */
 
 #include <cblas.h>
 #include <math.h>
@@ -214,6 +219,7 @@ static void merge_rows(const Tiles *s, size_t rows, size_t dv, float *o, float *
 {
     hbm_load(hbm, s->acc, o, rows * dv);
     hbm_load(hbm, s->lse_acc, lse, rows);
+    /* exercise: begin — merge row i: lse = log(exp(lse_acc) + exp(lse_s)), acc = the weighted sum of acc and O_s */
     for (size_t i = 0; i < rows; i++) {
         const float a = s->lse_acc[i], b = s->lse[i];
         const float hi = fmaxf(a, b);
@@ -224,6 +230,7 @@ static void merge_rows(const Tiles *s, size_t rows, size_t dv, float *o, float *
             s->acc[i * dv + c] = wa * s->acc[i * dv + c] + wb * s->O[i * dv + c];
         s->lse[i] = total;
     }
+    /* exercise: end */
     hbm_store(hbm, o, s->acc, rows * dv);
     hbm_store(hbm, lse, s->lse, rows);
 }
@@ -338,9 +345,11 @@ static void grad_tile(const AttnProblem *p, size_t i0, size_t rows, size_t j0, s
                 s->dV, dv);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)n, dv, 1.0f, s->dO, dv, s->V, dv, 0.0f,
                 s->dP, (int)n);
+    /* exercise: begin — dS = P ∘ (dP - D), in place of P */
     for (size_t i = 0; i < rows; i++)
         for (size_t j = 0; j < n; j++)
-            s->P[i * n + j] *= s->dP[i * n + j] - s->D[i]; /* dS, in place of P */
+            s->P[i * n + j] *= s->dP[i * n + j] - s->D[i];
+    /* exercise: end */
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, d, (int)rows, p->scale, s->P, (int)n, s->Q, d, 1.0f,
                 s->dK, d);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, d, (int)n, p->scale, s->P, (int)n, s->K, d,
