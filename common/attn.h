@@ -92,7 +92,8 @@ typedef struct {
     int threads;         /* CPU worker threads, >= 1 */
     int splits;          /* stage 11: key splits per (sequence, kv head); 0 = the stage's heuristic */
     int ranks;           /* stage 13: ranks P of the ring (0 = 1) */
-    RankCounter *rank_counters; /* stage 13: `ranks` entries it fills, or NULL */
+    RankCounter *rank_counters; /* stage 13: `ranks` entries it adds its counts to (the caller
+                                   zeroes them; a forward + backward run adds both passes), or NULL */
     void *workspace;     /* scratch of StageImpl.workspace_bytes(...) bytes, allocated by the runner
                             (host memory for CPU, device memory for CUDA); NULL when 0 bytes */
 } RunCtx;

@@ -354,6 +354,7 @@ extern "C" int cuda_runner_time(const StageImpl *impl, Direction dir, const Attn
         return fl_fail(err, FL_BAD_INPUT, "out of memory for %d timing samples", reps);
     DeviceRun r;
     RunCtx ctx = device_ctx(opts); /* hbm_dev stays NULL: counting off while timing */
+    ctx.rank_counters = NULL;
     int rc = device_run_setup(impl, dir, p, &r, err);
     if (rc == FL_OK) { /* one workspace, the larger of the passes' */
         size_t bytes = pass_workspace_bytes(impl, DIR_FWD, &r, &ctx);

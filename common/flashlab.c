@@ -1379,6 +1379,8 @@ typedef struct {
     uint64_t read, written;       /* HBM bytes of what was timed (forward + backward for bwd) */
     uint64_t read_bwd, written_bwd; /* of the backward pass alone (bwd rows) */
     size_t extra;                 /* the larger of the passes' extra memory */
+    int ranks;                    /* stage 13: the ranks that ran (1 for every other stage) */
+    uint64_t link_sent;           /* stage 13: bytes all ranks sent over the ring (both passes) */
     const char *error;
 } BenchRow;
 
@@ -1422,10 +1424,12 @@ static void bench_print_row(const Options *o, const BenchRow *row, int first)
         } else {
             printf("\"time_ms\": %.6g, \"gflops_per_s\": %.6g, \"hbm_read_bytes\": %llu, "
                    "\"hbm_written_bytes\": %llu, \"hbm_read_bytes_bwd_pass\": %llu, "
-                   "\"hbm_written_bytes_bwd_pass\": %llu, \"extra_bytes\": %zu, \"error\": null}",
+                   "\"hbm_written_bytes_bwd_pass\": %llu, \"extra_bytes\": %zu, \"ranks\": %d, "
+                   "\"link_sent_bytes\": %llu, \"error\": null}",
                    row->ms, row->flops / (row->ms * 1e6), (unsigned long long)row->read,
                    (unsigned long long)row->written, (unsigned long long)row->read_bwd,
-                   (unsigned long long)row->written_bwd, row->extra);
+                   (unsigned long long)row->written_bwd, row->extra, row->ranks > 0 ? row->ranks : 1,
+                   (unsigned long long)row->link_sent);
         }
         return;
     }
@@ -1459,9 +1463,15 @@ static int bench_one(const Options *o, const StageImpl *impl, int T, int d, Benc
     Outputs x;
     RunStats stats;
     RunCtx ctx = run_ctx(o);
+    RankCounter ranks[64] = {{{0, 0}, 0, 0}}; /* stage 13's link bytes (--ranks is at most 64) */
+    ctx.rank_counters = ctx.ranks > 0 ? ranks : NULL;
     int rc = outputs_alloc(&row->p, &x, err);
     if (rc == FL_OK)
         rc = runner_run(impl, row->dir, &row->p, &x.t, &ctx, &stats, err);
+    for (int r = 0; r < ctx.ranks && r < 64; r++)
+        row->link_sent += ranks[r].link_sent;
+    row->ranks = ranks[0].hbm.bytes_read > 0 ? ctx.ranks : 1; /* the stage counted per rank: a ring */
+    ctx.rank_counters = NULL;
     outputs_free(&x);
     if (rc == FL_OK)
         rc = runner_time(impl, row->dir, &row->p, &ctx, 1, o->reps, &row->ms, err);
@@ -1837,7 +1847,8 @@ static const Command commands[] = {
      "For each (stage implementation, T, d): one counting run (HBM bytes, extra memory) and a timed\n"
      "run: the median of --reps runs after one warm-up, counting off. Prints time in ms, GFLOP/s\n"
      "(TFLOP/s on cuda), HBM bytes read and written, and extra memory, one row per run as it finishes;\n"
-     "--json prints a JSON array instead (raw numbers, for notebooks and scripts).\n"
+     "--json prints a JSON array instead (raw numbers, for notebooks and scripts; a stage 13 row also\n"
+     "gives its ranks and link_sent_bytes, the bytes all ranks sent over the ring in what was counted).\n"
      "--direction bwd times forward + backward (each timed run: the forward pass, then the backward\n"
      "pass) of the stages that have a backward; its HBM bytes are those of both passes (JSON also\n"
      "gives the backward pass alone: hbm_read_bytes_bwd_pass, hbm_written_bytes_bwd_pass) and its\n"

@@ -231,6 +231,7 @@ static int time_cpu(const StageImpl *impl, Direction dir, const AttnProblem *p, 
     if (rc != FL_OK)
         return rc;
     RunCtx ctx = ctx_with_defaults(opts);
+    ctx.rank_counters = NULL; /* counting off while timing */
     rc = workspace_alloc(impl, timed_workspace_size(impl, p, &ctx, dir), &ctx.workspace, err);
     AttnCall call = {impl, dir, p, &t, &ctx};
     if (rc == FL_OK)

@@ -604,9 +604,7 @@ static int ring_pass(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, Directio
     Ring g;
     int rc = ring_setup(p, ctx, dir, &g, err);
     if (rc == FL_OK) {
-        RankCounter *out = ctx->rank_counters;
-        if (out)
-            memset(out, 0, (size_t)g.P * sizeof *out);
+        RankCounter *out = ctx->rank_counters; /* added to: the caller zeroes it */
         const int counting = ctx->hbm || out;
         blas_threads_push(1);
 #pragma omp parallel num_threads(g.P)
@@ -618,8 +616,10 @@ static int ring_pass(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, Directio
         for (int r = 0; r < g.P; r++) {
             hbm_count_read(ctx->hbm, g.counted[r].bytes_read);
             hbm_count_write(ctx->hbm, g.counted[r].bytes_written);
-            if (out)
-                out[r].hbm = g.counted[r];
+            if (out) {
+                out[r].hbm.bytes_read += g.counted[r].bytes_read;
+                out[r].hbm.bytes_written += g.counted[r].bytes_written;
+            }
         }
     }
     ring_free(&g);
