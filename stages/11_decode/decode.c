@@ -39,9 +39,6 @@
 #include "paged.h"
 #include "parallel.h"
 
-/* Rows that read one kv head: its group's query heads, stacked (R = group * Tq). */
-static size_t packed_rows(const AttnProblem *p) { return (size_t)(p->Hq / p->Hkv) * p->Tq; }
-
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
@@ -101,33 +98,22 @@ typedef struct {
     float *out_o, *out_lse; /* o and lse (one split), or the partials (splits, B*Hq*Tq, dv|1) */
 } Plan;
 
-/* The most keys one query block of any sequence can see: the span of a whole sequence of Tk keys
- * (the longest), which bounds every block's. */
-static int longest_span(const AttnProblem *p)
-{
-    const Causal c = causal_make(p->causal, p->Tq, p->Tk, p->window, p->sink_tokens);
-    return span_count(key_span(tile_runs(c, 0, (int)packed_rows(p))));
-}
-
 /* Splits: ctx->splits, or split_count (paged.h) with the worker threads as the units to fill and
  * every split at least 4 tiles of keys long. */
 static int split_plan(const AttnProblem *p, const RunCtx *ctx, const Blocking *b)
 {
     if (ctx->splits > 0)
         return ctx->splits;
-    const long items = (long)p->B * p->Hkv * (long)((packed_rows(p) + b->Br - 1) / b->Br);
-    return split_count(items, ctx->threads > 0 ? ctx->threads : 1, longest_span(p), (int)(4 * b->Bc));
+    return split_count(query_blocks(p, (int)b->Br), ctx->threads > 0 ? ctx->threads : 1, longest_span(p),
+                       (int)(4 * b->Bc));
 }
-
-static size_t rows_total(const AttnProblem *p) { return (size_t)p->B * p->Hq * p->Tq; }
 
 /* The partials live in the workspace only when there is more than one split. */
 static size_t decode_workspace_bytes(const AttnProblem *p, const RunCtx *ctx, Direction dir)
 {
     (void)dir;
     const Blocking b = blocking(p, ctx);
-    const int splits = split_plan(p, ctx, &b);
-    return splits > 1 ? (size_t)splits * rows_total(p) * (size_t)(p->dv + 1) * sizeof(float) : 0;
+    return partials_bytes(p, split_plan(p, ctx, &b));
 }
 
 /* Gathers keys [k0, k0 + n) of a span (numbered across its runs) of kv head kvh of sequence b into
@@ -189,7 +175,7 @@ static void online_softmax_row(float *a, size_t n, float *m, float *l, float *al
 static void split_block(const AttnProblem *p, size_t g, size_t i0, int split, const Plan *plan,
                         const Tiles *s, HbmCounter *hbm)
 {
-    const size_t R = packed_rows(p), d = p->d, dv = p->dv, Br = plan->b.Br, Bc = plan->b.Bc;
+    const size_t R = (size_t)packed_rows(p), d = p->d, dv = p->dv, Br = plan->b.Br, Bc = plan->b.Bc;
     const size_t rows = min_size(Br, R - i0); /* rows in block i; the last may be short */
     const int b = (int)(g / (size_t)p->Hkv), kvh = (int)(g % (size_t)p->Hkv);
     const size_t group = (size_t)(p->Hq / p->Hkv);
@@ -240,7 +226,7 @@ static void split_block(const AttnProblem *p, size_t g, size_t i0, int split, co
         s->lse[i] = empty ? -INFINITY : s->m[i] + logf(s->l[i]);
     }
     /* exercise: end */
-    const size_t row0 = (size_t)split * rows_total(p) + g * R + i0; /* packed rows are o's rows */
+    const size_t row0 = (size_t)split * output_rows(p) + g * R + i0; /* packed rows are o's rows */
     hbm_store(hbm, plan->out_o + row0 * dv, s->O, rows * dv);
     hbm_store(hbm, plan->out_lse + row0, s->lse, rows);
 }
@@ -249,7 +235,7 @@ static void split_block(const AttnProblem *p, size_t g, size_t i0, int split, co
  * O = sum_s exp(lse_s - lse) O_s. A row no split saw stays O = 0, lse = -inf. */
 static void combine(const AttnProblem *p, const Plan *plan, AttnTensors *t, int workers, HbmCounter *hbm)
 {
-    const size_t n = rows_total(p), dv = (size_t)p->dv;
+    const size_t n = output_rows(p), dv = (size_t)p->dv;
     const int splits = plan->splits;
 #pragma omp parallel for num_threads(workers) schedule(static)
     for (long row = 0; row < (long)n; row++) {
@@ -319,10 +305,10 @@ static int decode_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlE
 {
     Plan plan;
     plan.b = blocking(p, ctx);
-    plan.blocks_per_head = (packed_rows(p) + plan.b.Br - 1) / plan.b.Br;
+    plan.blocks_per_head = ((size_t)packed_rows(p) + plan.b.Br - 1) / plan.b.Br;
     plan.splits = split_plan(p, ctx, &plan.b);
     plan.out_o = plan.splits > 1 ? (float *)ctx->workspace : t->o;
-    plan.out_lse = plan.splits > 1 ? plan.out_o + (size_t)plan.splits * rows_total(p) * p->dv : t->lse;
+    plan.out_lse = plan.splits > 1 ? plan.out_o + (size_t)plan.splits * output_rows(p) * p->dv : t->lse;
     const size_t items = (size_t)p->B * p->Hkv * plan.blocks_per_head * (size_t)plan.splits;
     const size_t workers = max_size(1, min_size((size_t)(ctx->threads > 0 ? ctx->threads : 1), items));
 

@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(T::NT) split_kernel(DecodeArgs a)
 
     // The chunk's result: O_s = Õ / l, lse_s = (m + log2 l) ln 2; a chunk that saw no key gives
     // O_s = 0 and lse_s = -inf (no weight in the combine)
-    const size_t rows_total = (size_t)p.B * p.Hq * p.Tq;
+    const size_t rows_total = output_rows(&p);
 #pragma unroll
     for (int i = 0; i < RPW; i++) {
         const int r = warp + NW * i;
@@ -308,17 +308,13 @@ static int padded_dim(const AttnProblem *p)
     return (x + 31) / 32 * 32;
 }
 
-static int packed_rows(const AttnProblem *p) { return p->Hq / p->Hkv * p->Tq; }
-
 // The split count: ctx->splits, or one that fills the GPU once (paged.h: split_count).
 template <class T> static int plan_splits(const AttnProblem *p, const RunCtx *ctx, int *splits, FlError *err)
 {
     int units = 0;
     int rc = resident_units<T>(&units, err);
-    const Causal whole = causal_make(p->causal, p->Tq, p->Tk, p->window, p->sink_tokens);
-    const int longest = span_count(key_span(tile_runs(whole, 0, packed_rows(p))));
-    const long items = (long)p->B * p->Hkv * ((packed_rows(p) + T::BR - 1) / T::BR);
-    *splits = ctx->splits > 0 ? ctx->splits : split_count(items, units, longest, kMinKeysPerSplit);
+    *splits = ctx->splits > 0 ? ctx->splits
+                              : split_count(query_blocks(p, T::BR), units, longest_span(p), kMinKeysPerSplit);
     return rc;
 }
 
@@ -334,8 +330,6 @@ static int splits_for(const AttnProblem *p, const RunCtx *ctx, int *splits, FlEr
     }
 }
 
-static size_t rows_total(const AttnProblem *p) { return (size_t)p->B * p->Hq * p->Tq; }
-
 // The partials (splits, B*Hq*Tq, dv + 1 floats), when there is more than one split.
 static size_t decode_workspace_bytes(const AttnProblem *p, const RunCtx *ctx, Direction dir)
 {
@@ -344,7 +338,7 @@ static size_t decode_workspace_bytes(const AttnProblem *p, const RunCtx *ctx, Di
     FlError err = {{0}};
     if (p->d > 128 || p->dv > 128 || splits_for(p, ctx, &splits, &err) != FL_OK)
         return 0; // the forward pass reports the error
-    return splits > 1 ? (size_t)splits * rows_total(p) * (size_t)(p->dv + 1) * sizeof(float) : 0;
+    return partials_bytes(p, splits);
 }
 
 template <class T> static int decode_launch(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
@@ -358,7 +352,7 @@ template <class T> static int decode_launch(const AttnProblem *p, AttnTensors *t
     a.splits = splits, a.R = packed_rows(p);
     a.scale_log2 = p->scale * kLog2e;
     a.out_o = splits > 1 ? (float *)ctx->workspace : t->o;
-    a.out_lse = splits > 1 ? a.out_o + (size_t)splits * rows_total(p) * p->dv : t->lse;
+    a.out_lse = splits > 1 ? a.out_o + (size_t)splits * output_rows(p) * p->dv : t->lse;
     const auto aligned = [](const void *x) { return ((uintptr_t)x & 15u) == 0; };
     a.vec_q = p->d % 4 == 0 && aligned(p->q);
     a.vec_k = p->d % 4 == 0 && aligned(p->k);
@@ -369,7 +363,7 @@ template <class T> static int decode_launch(const AttnProblem *p, AttnTensors *t
     rc = fl_cuda_launch_status("split_kernel", err);
     if (rc != FL_OK || splits == 1)
         return rc;
-    const long rows = (long)rows_total(p);
+    const long rows = (long)output_rows(p);
     combine_kernel<<<(unsigned)((rows + 7) / 8), 256>>>(a.out_o, a.out_lse, t->o, t->lse, rows, p->dv, splits,
                                                        a.hbm);
     return fl_cuda_launch_status("combine_kernel", err);

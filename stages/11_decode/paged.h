@@ -24,6 +24,12 @@
 #include "host_device.h"
 #include "mask.h"
 
+/* Rows that read one kv head: its group's query heads, stacked (R = group * Tq, stage 08). */
+FL_HD static inline int packed_rows(const AttnProblem *p) { return p->Hq / p->Hkv * p->Tq; }
+
+/* Rows of o and lse: B * Hq * Tq, in the packed order (kv head g's R rows start at g * R). */
+FL_HD static inline size_t output_rows(const AttnProblem *p) { return (size_t)p->B * p->Hq * p->Tq; }
+
 /* Keys of sequence b. */
 FL_HD static inline int seq_keys(const AttnProblem *p, int b)
 {
@@ -85,6 +91,27 @@ FL_HD static inline Chunk split_chunk(int count, int splits, int s)
     c.first = s * chunk < count ? s * chunk : count;
     c.end = c.first + chunk < count ? c.first + chunk : count;
     return c;
+}
+
+/* The most keys one query block can see: the span of a whole sequence of Tk keys (the longest),
+ * which bounds every block's. */
+static inline int longest_span(const AttnProblem *p)
+{
+    const Causal whole = causal_make(p->causal, p->Tq, p->Tk, p->window, p->sink_tokens);
+    return span_count(key_span(tile_runs(whole, 0, packed_rows(p))));
+}
+
+/* Work items before splitting: (sequence, kv head, query block of Br packed rows). */
+static inline long query_blocks(const AttnProblem *p, int Br)
+{
+    return (long)p->B * p->Hkv * ((packed_rows(p) + Br - 1) / Br);
+}
+
+/* The workspace of `splits` splits: every output row's partial O_s (dv floats) and lse_s, or
+ * nothing with one split (it writes o and lse directly). */
+static inline size_t partials_bytes(const AttnProblem *p, int splits)
+{
+    return splits > 1 ? (size_t)splits * output_rows(p) * (size_t)(p->dv + 1) * sizeof(float) : 0;
 }
 
 /* The split heuristic. `units` workers (the GPU's resident blocks, the CPU's threads) run the

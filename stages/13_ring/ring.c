@@ -398,35 +398,6 @@ static size_t kv_head_of(const AttnProblem *p, size_t bh)
     return bh / (size_t)p->Hq * (size_t)p->Hkv + bh % (size_t)p->Hq / group;
 }
 
-/* Step s of rank r: its query chunks against the held shard, every head. */
-static void rank_step(const AttnProblem *p, AttnTensors *t, int P, int r, const Shard *held, const Blocking *b,
-                      const Tiles *s, HbmCounter *hbm)
-{
-    for (size_t bh = 0; bh < (size_t)p->B * p->Hq; bh++)
-        for (int qw = 0; qw < 2; qw++) {
-            const Rows q = chunk_rows((size_t)p->Tq, P, rank_chunk(P, r, qw));
-            for (int kw = 0; kw < 2; kw++) {
-                const Rows kc = chunk_rows((size_t)p->Tk, P, rank_chunk(P, held->owner, kw));
-                const size_t row0 = shard_row0(p, P, held->owner, kw, kv_head_of(p, bh));
-                chunk_pair(p, t, bh, q, kc, held->k + row0 * p->d, held->v + row0 * p->dv, b, s, hbm);
-            }
-        }
-}
-
-static void rank_step_bwd(const AttnProblem *p, AttnTensors *t, const float *D, int P, int r, const Shard *held,
-                          const Blocking *b, const GradTiles *s, HbmCounter *hbm)
-{
-    for (size_t bh = 0; bh < (size_t)p->B * p->Hq; bh++)
-        for (int qw = 0; qw < 2; qw++) {
-            const Rows q = chunk_rows((size_t)p->Tq, P, rank_chunk(P, r, qw));
-            for (int kw = 0; kw < 2; kw++) {
-                const Rows kc = chunk_rows((size_t)p->Tk, P, rank_chunk(P, held->owner, kw));
-                chunk_pair_bwd(p, t, D, bh, q, kc, held, shard_row0(p, P, held->owner, kw, kv_head_of(p, bh)), b, s,
-                               hbm);
-            }
-        }
-}
-
 /* Before the forward's steps: o = 0, lse = -inf for rank r's rows (merged into from then on). */
 static void rank_clear_rows(const AttnProblem *p, AttnTensors *t, int P, int r, HbmCounter *hbm)
 {
@@ -570,6 +541,27 @@ static int ring_setup(const AttnProblem *p, RunCtx *ctx, Direction dir, Ring *g,
     return FL_OK;
 }
 
+/* Step s of rank r: its two query chunks against the two key chunks of the shard it holds, every
+ * head; the forward (chunk_pair) or the backward (chunk_pair_bwd) of each chunk pair. */
+static void rank_step(const AttnProblem *p, AttnTensors *t, const Ring *g, int r, HbmCounter *hbm)
+{
+    const int P = g->P;
+    const Shard *held = &g->held[r];
+    for (size_t bh = 0; bh < (size_t)p->B * p->Hq; bh++)
+        for (int qw = 0; qw < 2; qw++) {
+            const Rows q = chunk_rows((size_t)p->Tq, P, rank_chunk(P, r, qw));
+            for (int kw = 0; kw < 2; kw++) {
+                const Rows kc = chunk_rows((size_t)p->Tk, P, rank_chunk(P, held->owner, kw));
+                const size_t row0 = shard_row0(p, P, held->owner, kw, kv_head_of(p, bh));
+                if (g->dir == DIR_FWD)
+                    chunk_pair(p, t, bh, q, kc, held->k + row0 * p->d, held->v + row0 * p->dv, &g->b, &g->tiles[r],
+                               hbm);
+                else
+                    chunk_pair_bwd(p, t, g->D, bh, q, kc, held, row0, &g->b, &g->grad[r], hbm);
+            }
+        }
+}
+
 /* Rank r's whole pass: P steps, each followed by a send to rank r + 1 and a receive from r - 1
  * (the barrier is the exchange: every send of a step lands before any rank goes on). The forward
  * sends P - 1 times; the backward's shards go round once more so that dK, dV come home. */
@@ -581,10 +573,7 @@ static void rank_run(const AttnProblem *p, AttnTensors *t, Ring *g, int r, RankC
     else
         rank_clear_rows(p, t, P, r, hbm);
     for (int step = 0; step < P; step++) {
-        if (bwd)
-            rank_step_bwd(p, t, g->D, P, r, &g->held[r], &g->b, &g->grad[r], hbm);
-        else
-            rank_step(p, t, P, r, &g->held[r], &g->b, &g->tiles[r], hbm);
+        rank_step(p, t, g, r, hbm);
         if (step == P - 1 && (!bwd || P == 1))
             break;
         const int next = (r + 1) % P;
