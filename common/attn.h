@@ -39,6 +39,10 @@ typedef struct {
     int page_size, num_pages, max_pages; /* page size, P, and entries per row of block_table */
     const int32_t *block_table;          /* (B, max_pages); entries past a sequence's pages: -1 */
     const int32_t *seq_lens;             /* (B) */
+    /* bf16 copies of q, k, v and dout (bit patterns, rounded to nearest even; common/bf16.h), same
+     * shapes and memory (host or device) as the float32 ones: set by the runner for a stage whose
+     * precision is PRECISION_BF16 (stage 12), else NULL. dout_bf16 only when dout is given. */
+    const uint16_t *q_bf16, *k_bf16, *v_bf16, *dout_bf16;
 } AttnProblem;
 
 /* Outputs. The forward pass writes o and lse; the backward pass reads o and lse (written by the
@@ -72,6 +76,9 @@ const char *attn_feature_name(unsigned feature);
 const char *attn_feature_added_by(unsigned feature);
 
 typedef enum { DIR_FWD = 0, DIR_BWD = 1 } Direction;
+/* The precision a stage computes in (DESIGN §4): float32 for 01–11; stage 12 reads bf16 inputs and
+ * accumulates in float32. The checker's tolerance follows it (check.h, docs/conventions.md). */
+typedef enum { PRECISION_F32 = 0, PRECISION_BF16 = 1 } Precision;
 typedef enum { DEVICE_CPU = 0, DEVICE_CUDA = 1 } Device;
 
 /* Stage 13 (ring attention): what one rank counted, its HBM traffic and the bytes it sent to and
@@ -144,6 +151,8 @@ typedef struct {
     /* Stage 09 only (features FEAT_MLA; forward and backward NULL): the MLA step and its scratch. */
     MlaFn mla_forward;
     MlaWorkspaceFn mla_workspace_bytes;
+    Precision precision; /* what it computes in; PRECISION_F32 (0) for stages 01–11 */
+    int head_dims[2];    /* the head dims it runs, each with d = dv; {0, 0} = any */
 } StageImpl;
 
 /* Each stage source file defines one NULL-terminated array, named after its folder and device:
