@@ -19,7 +19,8 @@
 
 // ---- cp.async: global -> shared without passing through registers (sm_80+) --------------------
 // src_bytes < size zero-fills the rest, which is how rows past T and columns past d become 0.
-__device__ __forceinline__ void cp_async16(float *smem, const float *gmem, int src_bytes)
+// (16-byte copies take any element type: float32 tiles here, bf16 tiles in mma.cuh.)
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes)
 {
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),

@@ -1,16 +1,580 @@
-/* stages/12_tensor_cores/tensor_cores.cu — FlashAttention-2 on tensor cores, bf16 (WORK IN PROGRESS:
- * the kernels are being written; until then both passes return "not built yet"). */
+/* stages/12_tensor_cores/tensor_cores.cu — FlashAttention-2 on tensor cores: bf16 inputs, float32
+ * accumulation, forward and backward, causal and GQA, head dims 64 and 128.
+ *
+ * The algorithm is stages 07 and 08's: Q tiles outer in the forward with the online softmax in
+ * base 2, K/V tiles outer in the backward with D = rowsum(dO ∘ O), P recomputed from the saved
+ * lse, dK/dV summed in registers over every query head of the group, dQ summed in HBM with
+ * atomics. What changes is who multiplies: every product is a sequence of warp-wide
+ * mma.sync m16n8k16 instructions (common/mma.cuh), each 4096 multiply-adds of bf16 pairs, instead
+ * of one float32 FFMA per thread. That changes the shape of the kernel:
+ *   - a warp, not a thread, owns a 16-row slice of a tile, and each lane holds the fixed pieces
+ *     ("fragments") of the 16 x 8 accumulator tiles that the instruction defines;
+ *   - shared-memory tiles are bf16 and swizzled so that ldmatrix reads them without bank conflicts;
+ *   - the scores stay in registers: the C fragments of S = Q K^T become, after the softmax and a
+ *     round to bf16, the A fragments of O += P V (a_from_c), with no trip through shared memory.
+ * The runner hands the stage bf16 copies of q, k, v, dO (AttnProblem.q_bf16 ...; made outside the
+ * timed region); o, lse and the gradients are written in float32.
+ *
+ * Rounding happens at four places, the same ones stage 12's CPU reference (reference.c) uses:
+ * the inputs, P before P V, P before dV = P^T dO, and dS before dK = dS^T Q and dQ = dS K. */
 #include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
 
 #include "attn.h"
 #include "cuda_util.h"
 #include "error.h"
+#include "mma.cuh"
 #include "tiles.h"
 
-static int not_built(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct TcArgs {
+    const bf16 *q, *k, *v, *dO;  // bf16 inputs (B, Hq|Hkv, T, D)
+    float *o, *lse;              // forward outputs; read back by the backward
+    float *dQ, *dK, *dV, *D;     // gradients; D = rowsum(dO ∘ O) in the workspace
+    int Tq, Tk, Hq, group;       // group = Hq / Hkv
+    int causal;                  // bottom-right aligned: row i sees keys j <= i + Tk - Tq
+    float scale, scale_log2;     // scale * log2(e): scores live in base 2
+    unsigned long long *hbm;     // [read, written] or NULL
+};
+
+// Key j is hidden from query row i (causal, or a key/row past the end of a short tile).
+__device__ __forceinline__ bool hidden(const TcArgs &a, int i, int j)
 {
-    (void)p, (void)t, (void)ctx;
-    return fl_fail(err, FL_UNSUPPORTED, "stage 12 (cuda): the tensor-core kernels are not built yet");
+    return j >= a.Tk || i >= a.Tq || (a.causal && j > i + a.Tk - a.Tq);
+}
+
+// ==== the forward pass ===========================================================================
+//
+// One block of NT = 32 * BR / 16 threads per query tile Q_i (BR rows) of one head; warp w owns
+// rows 16w .. 16w+15 of the tile. Per K/V tile j (BC keys), warp w computes
+//   S = Q_i K_j^T    (16, BC)   as BC/8 accumulator tiles s[n] (keys 8n .. 8n+7)
+//   the online softmax of its 16 rows (each lane holds rows g and g+8: two running maxima)
+//   O += P V_j       (16, D)    as D/8 accumulator tiles o[n]
+// Shared memory (bf16, swizzled): Q_i (BR, D) and two stages of K_j, V_j (BC, D): the K/V tiles
+// of step j+1 stream in with cp.async while step j computes.
+template <int D> struct FwdTile {
+    static constexpr int BR = TC_BLOCK_R, BC = TC_BLOCK_C, WARPS = BR / 16, NT = 32 * WARPS;
+    static constexpr int NS = BC / 8, NO = D / 8; // accumulator tiles of S and of O per warp
+    static constexpr size_t SMEM_BYTES = (size_t)(BR + 4 * BC) * D * sizeof(bf16);
+};
+
+// K_j and V_j (rows from key kv0 of kv head kvh) into stage `buf`.
+template <int D>
+__device__ __forceinline__ void load_kv_tile(bf16 *Ks, bf16 *Vs, const TcArgs &a, size_t kv_row0,
+                                             int kv0, int tid)
+{
+    using T = FwdTile<D>;
+    const int rows = min(T::BC, a.Tk - kv0);
+    load_tile_swizzled<T::BC, D, T::NT>(Ks, a.k + (kv_row0 + kv0) * D, rows, tid);
+    load_tile_swizzled<T::BC, D, T::NT>(Vs, a.v + (kv_row0 + kv0) * D, rows, tid);
+    cp_async_commit();
+    if (tid == 0)
+        hbm_dev_add(a.hbm, HBM_READ, (unsigned long long)rows * 2 * D * sizeof(bf16));
+}
+
+template <int D>
+__global__ void __launch_bounds__(FwdTile<D>::NT) tc_forward_kernel(TcArgs a)
+{
+    using T = FwdTile<D>;
+    extern __shared__ uint4 smem16[]; // 16-byte aligned, as cp.async and ldmatrix need
+    bf16 *Qs = reinterpret_cast<bf16 *>(smem16); // Q_i (BR, D)
+    bf16 *Ks = Qs + T::BR * D;                   // K_j (BC, D), two stages
+    bf16 *Vs = Ks + 2 * T::BC * D;               // V_j (BC, D), two stages
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
+    const int bh = blockIdx.y, h = bh % a.Hq, b = bh / a.Hq;
+    const int kvh = b * (a.Hq / a.group) + h / a.group;
+    const int q0 = blockIdx.x * T::BR, rows_q = min(T::BR, a.Tq - q0);
+    const size_t q_row0 = (size_t)bh * a.Tq + q0, kv_row0 = (size_t)kvh * a.Tk;
+    // Keys the tile needs: all of them, or (causal) up to the last row's position.
+    const int key_end = a.causal ? min(a.Tk, q0 + rows_q + a.Tk - a.Tq) : a.Tk;
+    const int n_tiles = key_end > 0 ? ceil_div(key_end, T::BC) : 0;
+
+    load_tile_swizzled<T::BR, D, T::NT>(Qs, a.q + q_row0 * D, rows_q, tid);
+    if (tid == 0)
+        hbm_dev_add(a.hbm, HBM_READ, (unsigned long long)rows_q * D * sizeof(bf16));
+    if (n_tiles > 0)
+        load_kv_tile<D>(Ks, Vs, a, kv_row0, 0, tid); // one commit group: Q_i, K_0, V_0
+    else
+        cp_async_commit();
+
+    // This lane's rows of the tile: r[0] = 16 warp + g and r[1] = r[0] + 8.
+    const int r[2] = {q0 + 16 * warp + g, q0 + 16 * warp + g + 8};
+    float o[T::NO][4]; // Õ, unnormalised
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; // running max (base 2), partial sums
+#pragma unroll
+    for (int n = 0; n < T::NO; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+    for (int j = 0; j < n_tiles; j++) {
+        const int kv0 = j * T::BC;
+        if (j + 1 < n_tiles) { // K_{j+1}, V_{j+1} into the other stage, then wait for step j's
+            load_kv_tile<D>(Ks + ((j + 1) & 1) * T::BC * D, Vs + ((j + 1) & 1) * T::BC * D, a,
+                            kv_row0, kv0 + T::BC, tid);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const bf16 *Kj = Ks + (j & 1) * T::BC * D, *Vj = Vs + (j & 1) * T::BC * D;
+
+        // S = Q_i K_j^T   (16, BC) per warp: d/16 steps of k, two key tiles per ldmatrix
+        float s[T::NS][4];
+#pragma unroll
+        for (int n = 0; n < T::NS; n++)
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D; kk += 16) {
+            uint32_t qa[4];
+            load_a<D>(qa, Qs, 16 * warp, kk, lane);
+#pragma unroll
+            for (int n = 0; n < T::NS; n += 2) {
+                uint32_t kb[4];
+                load_b_pair<D>(kb, Kj, 8 * n, kk, lane);
+                mma_bf16(s[n], qa, kb[0], kb[1]);
+                mma_bf16(s[n + 1], qa, kb[2], kb[3]);
+            }
+        }
+
+        // Online softmax in base 2 over this lane's two rows (element e of s[n]: row r[e / 2],
+        // key kv0 + 8n + 2 t4 + e % 2). Only tiles that reach past a row's last key are masked.
+        const bool masked = kv0 + T::BC > a.Tk || (a.causal && kv0 + T::BC - 1 > q0 + a.Tk - a.Tq);
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < T::NS; n++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float x = s[n][2 * rr + e] * a.scale_log2;
+                    if (masked && hidden(a, r[rr], kv0 + 8 * n + 2 * t4 + e))
+                        x = -INFINITY;
+                    s[n][2 * rr + e] = x;
+                    mx = fmaxf(mx, x);
+                }
+            const float m_new = fmaxf(m[rr], row_max<4>(mx));
+            const float m_use = m_new == -INFINITY ? 0.0f : m_new; // a row with no key yet: P = 0
+            const float alpha = exp2f(m[rr] - m_use);
+            float rowsum = 0.0f;
+#pragma unroll
+            for (int n = 0; n < T::NS; n++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float p = exp2f(s[n][2 * rr + e] - m_use);
+                    s[n][2 * rr + e] = p;
+                    rowsum += p;
+                }
+            l[rr] = l[rr] * alpha + rowsum; // P summed in float32, before rounding
+            m[rr] = m_new;
+#pragma unroll
+            for (int n = 0; n < T::NO; n++) {
+                o[n][2 * rr] *= alpha;
+                o[n][2 * rr + 1] *= alpha;
+            }
+        }
+
+        // O += P V_j   (16, D): P leaves the S accumulators as bf16 A fragments (a_from_c)
+#pragma unroll
+        for (int kc = 0; kc < T::NS; kc += 2) {
+            uint32_t pa[4];
+            a_from_c(pa, s[kc], s[kc + 1]);
+#pragma unroll
+            for (int n = 0; n < T::NO; n += 2) {
+                uint32_t vb[4];
+                load_b_pair_trans<D>(vb, Vj, 8 * n, 8 * kc, lane);
+                mma_bf16(o[n], pa, vb[0], vb[1]);
+                mma_bf16(o[n + 1], pa, vb[2], vb[3]);
+            }
+        }
+        __syncthreads(); // this stage's K_j, V_j are free for step j + 2
+    }
+    cp_async_wait<0>(); // (a tile with no key never waited for its Q tile)
+
+    // O = Õ / l, lse = (m + log2 l) ln 2; a row that saw no key: o = 0, lse = -inf
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const float lsum = row_sum<4>(l[rr]);
+        if (r[rr] >= a.Tq)
+            continue;
+        const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+        float *orow = a.o + ((size_t)bh * a.Tq + r[rr]) * D;
+#pragma unroll
+        for (int n = 0; n < T::NO; n++)
+            *reinterpret_cast<float2 *>(orow + 8 * n + 2 * t4) =
+                make_float2(o[n][2 * rr] * inv, o[n][2 * rr + 1] * inv);
+        if (t4 == 0)
+            a.lse[(size_t)bh * a.Tq + r[rr]] = lsum > 0.0f ? (m[rr] + log2f(lsum)) * kLn2 : -INFINITY;
+    }
+    if (tid == 0)
+        hbm_dev_add(a.hbm, HBM_WRITTEN, (unsigned long long)rows_q * (D + 1) * sizeof(float));
+}
+
+// ==== the backward pass ==========================================================================
+//
+// Per head, with P = exp2(S scale log2(e) - lse log2(e)) recomputed from the saved lse:
+//   D  = rowsum(dO ∘ O)      (Tq)       bwd_d_kernel, into the workspace
+//   dV = P^T dO              (Tk, D)    dP = dO V^T (Tq, Tk)    dS = P ∘ (dP - D)
+//   dK = scale dS^T Q        (Tk, D)    dQ = scale dS K (Tq, D)
+// One block of 4 warps per K/V tile (BC = 64 keys) of one kv head; warp w owns keys 16w .. 16w+15,
+// so it computes the transposed tiles S^T = K_j Q_i^T and dP^T = V_j dO_i^T (16, BR) and keeps its
+// rows of dK_j and dV_j in registers while it walks every query tile of every head of the group.
+// Their C fragments become the A fragments of dV += P^T dO and dK += dS^T Q directly. dQ_i needs
+// the whole dS tile, so dS^T goes through shared memory once; then warp w adds rows 16w .. 16w+15
+// of scale dS K_j into dQ in HBM with float32 atomics.
+// Shared memory (bf16, swizzled): K_j, V_j (BC, D) once; two stages of Q_i, dO_i (BR, D) and of
+// lse_i, D_i (BR floats); dS^T (BC, BR).
+template <int D> struct BwdTile {
+    static constexpr int BR = TC_BWD_BLOCK_R, BC = TC_BLOCK_C, WARPS = BC / 16, NT = 32 * WARPS;
+    static constexpr int NQ = BR / 8, NO = D / 8; // accumulator tiles of S^T and of dK, dV per warp
+    static constexpr size_t SMEM_BYTES =
+        (size_t)(2 * BC * D + 4 * BR * D + BC * BR) * sizeof(bf16) + 4 * BR * sizeof(float);
+};
+
+// D = rowsum(dO ∘ O), one warp per query row (dO in bf16 as the kernels read it, O in float32).
+template <int D>
+__global__ void bwd_d_kernel(const bf16 *dO, const float *o, float *Dout, long long rows,
+                             unsigned long long *hbm)
+{
+    const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= rows)
+        return;
+    float acc = 0.0f;
+#pragma unroll
+    for (int c = lane; c < D; c += 32)
+        acc = fmaf(__bfloat162float(dO[row * D + c]), o[row * D + c], acc);
+    acc = row_sum<32>(acc);
+    if (lane == 0) {
+        Dout[row] = acc;
+        hbm_dev_add(hbm, HBM_READ, (unsigned long long)D * (sizeof(bf16) + sizeof(float)));
+        hbm_dev_add(hbm, HBM_WRITTEN, sizeof(float));
+    }
+}
+
+// The shared-memory tiles of one backward block.
+template <int D> struct BwdSmem {
+    using T = BwdTile<D>;
+    bf16 *Ks, *Vs, *Qs, *dOs, *dSTs; // Qs, dOs: two stages each
+    float *Ls, *Ds;                  // lse_i, D_i: two stages each
+    __device__ explicit BwdSmem(void *base)
+    {
+        Ks = reinterpret_cast<bf16 *>(base); // K_j   (BC, D)
+        Vs = Ks + T::BC * D;                 // V_j   (BC, D)
+        Qs = Vs + T::BC * D;                 // Q_i   (BR, D) x 2
+        dOs = Qs + 2 * T::BR * D;            // dO_i  (BR, D) x 2
+        dSTs = dOs + 2 * T::BR * D;          // dS^T  (BC, BR)
+        Ls = reinterpret_cast<float *>(dSTs + T::BC * T::BR); // lse_i (BR) x 2
+        Ds = Ls + 2 * T::BR;                                  // D_i   (BR) x 2
+    }
+};
+
+// Q_i, dO_i, lse_i, D_i of query tile q0 of head hq into stage `st`.
+template <int D>
+__device__ __forceinline__ void load_query_tile(const BwdSmem<D> &sm, const TcArgs &a, int st,
+                                                int hq, int q0, int tid)
+{
+    using T = BwdTile<D>;
+    const int rows = min(T::BR, a.Tq - q0);
+    const size_t row0 = (size_t)hq * a.Tq + q0;
+    load_tile_swizzled<T::BR, D, T::NT>(sm.Qs + st * T::BR * D, a.q + row0 * D, rows, tid);
+    load_tile_swizzled<T::BR, D, T::NT>(sm.dOs + st * T::BR * D, a.dO + row0 * D, rows, tid);
+    load_vector<T::BR, T::NT>(sm.Ls + st * T::BR, a.lse + row0, rows, tid);
+    load_vector<T::BR, T::NT>(sm.Ds + st * T::BR, a.D + row0, rows, tid);
+    cp_async_commit();
+    if (tid == 0)
+        hbm_dev_add(a.hbm, HBM_READ,
+                    (unsigned long long)rows * (2 * D * sizeof(bf16) + 2 * sizeof(float)));
+}
+
+// The query tiles a key tile meets, as a flat walk over (head of the group, query tile): with
+// causal masking the tiles that end before the key tile's first key are skipped.
+struct QueryWalk {
+    int first_tile, tiles_per_head, steps;
+    __device__ QueryWalk(const TcArgs &a, int kv0, int br)
+    {
+        const int first_row = a.causal ? max(0, kv0 - (a.Tk - a.Tq)) : 0;
+        first_tile = first_row / br;
+        tiles_per_head = first_row < a.Tq ? ceil_div(a.Tq, br) - first_tile : 0;
+        steps = tiles_per_head * a.group;
+    }
+    __device__ int head(int step, int hq0) const { return hq0 + step / tiles_per_head; }
+    __device__ int tile(int step) const { return first_tile + step % tiles_per_head; }
+};
+
+template <int D>
+__global__ void __launch_bounds__(BwdTile<D>::NT) tc_backward_kernel(TcArgs a)
+{
+    using T = BwdTile<D>;
+    extern __shared__ uint4 smem16[];
+    const BwdSmem<D> sm(smem16);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
+    const int kvbh = blockIdx.y, hkv = kvbh % (a.Hq / a.group), b = kvbh / (a.Hq / a.group);
+    const int hq0 = b * a.Hq + hkv * a.group; // first query head (b, h) of the group, flattened
+    const int kv0 = blockIdx.x * T::BC, rows_kv = min(T::BC, a.Tk - kv0);
+    const size_t kv_row0 = (size_t)kvbh * a.Tk + kv0;
+    const QueryWalk walk(a, kv0, T::BR);
+
+    load_tile_swizzled<T::BC, D, T::NT>(sm.Ks, a.k + kv_row0 * D, rows_kv, tid); // K_j, V_j: once
+    load_tile_swizzled<T::BC, D, T::NT>(sm.Vs, a.v + kv_row0 * D, rows_kv, tid);
+    if (tid == 0)
+        hbm_dev_add(a.hbm, HBM_READ, (unsigned long long)rows_kv * 2 * D * sizeof(bf16));
+    if (walk.steps > 0)
+        load_query_tile<D>(sm, a, 0, walk.head(0, hq0), walk.tile(0) * T::BR, tid);
+    else
+        cp_async_commit();
+
+    // This lane's keys: key[0] = kv0 + 16 warp + g, key[1] = key[0] + 8 (rows of S^T, dK, dV).
+    const int key[2] = {kv0 + 16 * warp + g, kv0 + 16 * warp + g + 8};
+    float dk[T::NO][4], dv[T::NO][4];
+#pragma unroll
+    for (int n = 0; n < T::NO; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            dk[n][e] = dv[n][e] = 0.0f;
+
+    for (int step = 0; step < walk.steps; step++) {
+        const int st = step & 1, hq = walk.head(step, hq0), q0 = walk.tile(step) * T::BR;
+        if (step + 1 < walk.steps) { // the next query tile streams in while this one computes
+            load_query_tile<D>(sm, a, st ^ 1, walk.head(step + 1, hq0),
+                               walk.tile(step + 1) * T::BR, tid);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const bf16 *Qi = sm.Qs + st * T::BR * D, *dOi = sm.dOs + st * T::BR * D;
+        const float *Li = sm.Ls + st * T::BR, *Di = sm.Ds + st * T::BR;
+
+        // S^T = K_j Q_i^T and dP^T = V_j dO_i^T   (16, BR) per warp
+        float s[T::NQ][4], dp[T::NQ][4];
+#pragma unroll
+        for (int n = 0; n < T::NQ; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[n][e] = dp[n][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D; kk += 16) {
+            uint32_t ka[4], va[4];
+            load_a<D>(ka, sm.Ks, 16 * warp, kk, lane);
+            load_a<D>(va, sm.Vs, 16 * warp, kk, lane);
+#pragma unroll
+            for (int n = 0; n < T::NQ; n += 2) {
+                uint32_t qb[4], ob[4];
+                load_b_pair<D>(qb, Qi, 8 * n, kk, lane);
+                mma_bf16(s[n], ka, qb[0], qb[1]);
+                mma_bf16(s[n + 1], ka, qb[2], qb[3]);
+                load_b_pair<D>(ob, dOi, 8 * n, kk, lane);
+                mma_bf16(dp[n], va, ob[0], ob[1]);
+                mma_bf16(dp[n + 1], va, ob[2], ob[3]);
+            }
+        }
+
+        // P^T = exp2(S^T scale log2(e) - lse log2(e)),  dS^T = P^T ∘ (dP^T - D)   (element e of
+        // tile n: key key[e / 2], query row q0 + 8n + 2 t4 + e % 2). s becomes P^T, dp becomes dS^T.
+        const bool masked = kv0 + T::BC > a.Tk || q0 + T::BR > a.Tq ||
+                            (a.causal && kv0 + T::BC - 1 > q0 + a.Tk - a.Tq);
+#pragma unroll
+        for (int n = 0; n < T::NQ; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int c = 8 * n + 2 * t4 + (e & 1); // query row within the tile
+                const float lse = Li[c];
+                // a row that saw no key (lse = -inf) has P = 0 for every key: the mask covers it
+                float p = exp2f(s[n][e] * a.scale_log2 - lse * kLog2e);
+                if (masked && hidden(a, q0 + c, key[e >> 1]))
+                    p = 0.0f;
+                s[n][e] = p;
+                dp[n][e] = p * (dp[n][e] - Di[c]);
+            }
+
+        // dV_j += P^T dO_i and dK_j += dS^T Q_i   (16, D): P^T and dS^T as bf16 A fragments
+#pragma unroll
+        for (int kc = 0; kc < T::NQ; kc += 2) {
+            uint32_t pa[4], dsa[4];
+            a_from_c(pa, s[kc], s[kc + 1]);
+            a_from_c(dsa, dp[kc], dp[kc + 1]);
+#pragma unroll
+            for (int n = 0; n < T::NO; n += 2) {
+                uint32_t ob[4], qb[4];
+                load_b_pair_trans<D>(ob, dOi, 8 * n, 8 * kc, lane);
+                mma_bf16(dv[n], pa, ob[0], ob[1]);
+                mma_bf16(dv[n + 1], pa, ob[2], ob[3]);
+                load_b_pair_trans<D>(qb, Qi, 8 * n, 8 * kc, lane);
+                mma_bf16(dk[n], dsa, qb[0], qb[1]);
+                mma_bf16(dk[n + 1], dsa, qb[2], qb[3]);
+            }
+        }
+
+        // dS^T (BC, BR) to shared memory as bf16, for dQ
+#pragma unroll
+        for (int n = 0; n < T::NQ; n++)
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++) {
+                const int row = 16 * warp + g + 8 * rr;
+                *reinterpret_cast<uint32_t *>(sm.dSTs + swizzle<T::BR>(row, 8 * n) + 2 * t4) =
+                    pack_bf16(dp[n][2 * rr], dp[n][2 * rr + 1]);
+            }
+        __syncthreads();
+
+        // dQ_i += scale dS K_j   (BR, D): warp w adds query rows 16w .. 16w+15, 16 columns at a time
+        uint32_t dsa[T::BC / 16][4]; // dS rows 16w.., all BC keys, as A fragments (from dS^T)
+#pragma unroll
+        for (int kc = 0; kc < T::BC / 16; kc++)
+            load_a_trans<T::BR>(dsa[kc], sm.dSTs, 16 * warp, 16 * kc, lane);
+        const int qr[2] = {q0 + 16 * warp + g, q0 + 16 * warp + g + 8};
+#pragma unroll
+        for (int n = 0; n < T::NO; n += 2) {
+            float dq[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+            for (int kc = 0; kc < T::BC / 16; kc++) {
+                uint32_t kb[4];
+                load_b_pair_trans<D>(kb, sm.Ks, 8 * n, 16 * kc, lane);
+                mma_bf16(dq[0], dsa[kc], kb[0], kb[1]);
+                mma_bf16(dq[1], dsa[kc], kb[2], kb[3]);
+            }
+#pragma unroll
+            for (int half = 0; half < 2; half++)
+#pragma unroll
+                for (int rr = 0; rr < 2; rr++)
+                    if (qr[rr] < a.Tq)
+                        atomic_add_pair(a.dQ + ((size_t)hq * a.Tq + qr[rr]) * D + 8 * (n + half) +
+                                            2 * t4,
+                                        a.scale * dq[half][2 * rr], a.scale * dq[half][2 * rr + 1]);
+        }
+        if (tid == 0) {
+            const unsigned long long bytes =
+                (unsigned long long)min(T::BR, a.Tq - q0) * D * sizeof(float);
+            hbm_dev_add(a.hbm, HBM_READ, bytes); // dQ: read-modify-write
+            hbm_dev_add(a.hbm, HBM_WRITTEN, bytes);
+        }
+        __syncthreads(); // dS^T and this stage's Q_i, dO_i are free
+    }
+    cp_async_wait<0>();
+
+    // dK_j = scale dS^T Q and dV_j: written once, float32
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        if (key[rr] >= a.Tk)
+            continue;
+        float *dkrow = a.dK + ((size_t)kvbh * a.Tk + key[rr]) * D;
+        float *dvrow = a.dV + ((size_t)kvbh * a.Tk + key[rr]) * D;
+#pragma unroll
+        for (int n = 0; n < T::NO; n++) {
+            *reinterpret_cast<float2 *>(dkrow + 8 * n + 2 * t4) =
+                make_float2(a.scale * dk[n][2 * rr], a.scale * dk[n][2 * rr + 1]);
+            *reinterpret_cast<float2 *>(dvrow + 8 * n + 2 * t4) =
+                make_float2(dv[n][2 * rr], dv[n][2 * rr + 1]);
+        }
+    }
+    if (tid == 0)
+        hbm_dev_add(a.hbm, HBM_WRITTEN, (unsigned long long)rows_kv * 2 * D * sizeof(float));
+}
+
+// Launches `kernel` with `smem` bytes of dynamic shared memory (raising the per-kernel limit).
+template <typename Kernel>
+int launch(Kernel kernel, dim3 grid, int threads, size_t smem, const TcArgs &a, const char *name,
+           FlError *err)
+{
+    int rc = fl_cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)smem),
+                            name, err);
+    if (rc != FL_OK)
+        return rc;
+    kernel<<<grid, threads, smem>>>(a);
+    return fl_cuda_launch_status(name, err);
+}
+
+template <int D> int forward_launch(const TcArgs &a, int heads, FlError *err)
+{
+    using T = FwdTile<D>;
+    const dim3 grid((unsigned)ceil_div(a.Tq, T::BR), (unsigned)heads);
+    return launch(tc_forward_kernel<D>, grid, T::NT, T::SMEM_BYTES, a, "tc_forward_kernel", err);
+}
+
+template <int D> int backward_launch(const TcArgs &a, int heads, int kv_heads, FlError *err)
+{
+    using T = BwdTile<D>;
+    const long long rows = (long long)heads * a.Tq;
+    bwd_d_kernel<D><<<(unsigned)((rows + 7) / 8), 256>>>(a.dO, a.o, a.D, rows, a.hbm);
+    int rc = fl_cuda_launch_status("bwd_d_kernel", err);
+    if (rc != FL_OK)
+        return rc;
+    const dim3 grid((unsigned)ceil_div(a.Tk, T::BC), (unsigned)kv_heads);
+    return launch(tc_backward_kernel<D>, grid, T::NT, T::SMEM_BYTES, a, "tc_backward_kernel", err);
+}
+
+} // namespace
+
+// ---- host side -----------------------------------------------------------------------------------
+
+// The runner checks head_dims and makes the bf16 copies; a caller that skipped it gets a message.
+static int tc_validate(const AttnProblem *p, int backward, FlError *err)
+{
+    if (p->d != p->dv || (p->d != 64 && p->d != 128))
+        return fl_fail(err, FL_UNSUPPORTED,
+                       "stage 12 (tensor_cores, cuda) runs head dims d = dv in {64, 128}; this case "
+                       "has d = %d, dv = %d", p->d, p->dv);
+    if (!p->q_bf16 || !p->k_bf16 || !p->v_bf16 || (backward && !p->dout_bf16))
+        return fl_fail(err, FL_BAD_INPUT, "stage 12 (cuda): no bf16 copies of the inputs (the runner "
+                       "makes them for a bf16 stage)");
+    if (p->Hkv <= 0 || p->Hq % p->Hkv != 0)
+        return fl_fail(err, FL_BAD_INPUT, "stage 12 (cuda): Hq = %d is not a multiple of Hkv = %d",
+                       p->Hq, p->Hkv);
+    return FL_OK;
+}
+
+static TcArgs tc_args(const AttnProblem *p, AttnTensors *t, const RunCtx *ctx)
+{
+    TcArgs a;
+    a.q = reinterpret_cast<const bf16 *>(p->q_bf16);
+    a.k = reinterpret_cast<const bf16 *>(p->k_bf16);
+    a.v = reinterpret_cast<const bf16 *>(p->v_bf16);
+    a.dO = reinterpret_cast<const bf16 *>(p->dout_bf16);
+    a.o = t->o, a.lse = t->lse, a.dQ = t->dq, a.dK = t->dk, a.dV = t->dv;
+    a.D = (float *)ctx->workspace;
+    a.Tq = p->Tq, a.Tk = p->Tk, a.Hq = p->Hq, a.group = p->Hq / p->Hkv;
+    a.causal = p->causal;
+    a.scale = p->scale, a.scale_log2 = p->scale * kLog2e;
+    a.hbm = ctx->hbm_dev;
+    return a;
+}
+
+static int tc_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
+{
+    int rc = tc_validate(p, 0, err);
+    if (rc != FL_OK || p->Tq <= 0 || p->Tk <= 0 || p->B <= 0 || p->Hq <= 0)
+        return rc;
+    const TcArgs a = tc_args(p, t, ctx);
+    return p->d == 64 ? forward_launch<64>(a, p->B * p->Hq, err)
+                      : forward_launch<128>(a, p->B * p->Hq, err);
+}
+
+// D = rowsum(dO ∘ O) (B, Hq, Tq) in the workspace: the backward's only extra memory.
+static size_t tc_workspace_bytes(const AttnProblem *p, const RunCtx *ctx, Direction dir)
+{
+    (void)ctx;
+    return dir == DIR_BWD ? (size_t)p->B * p->Hq * p->Tq * sizeof(float) : 0;
+}
+
+static int tc_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
+{
+    int rc = tc_validate(p, 1, err);
+    if (rc != FL_OK || p->Tq <= 0 || p->Tk <= 0 || p->B <= 0 || p->Hq <= 0)
+        return rc;
+    const TcArgs a = tc_args(p, t, ctx);
+    const size_t dq_bytes = (size_t)p->B * p->Hq * p->Tq * p->d * sizeof(float);
+    rc = fl_cuda_status(cudaMemsetAsync(t->dq, 0, dq_bytes), "zeroing dq", err); // atomics add into it
+    if (rc == FL_OK)
+        rc = hbm_dev_add_from_host(a.hbm, 0, dq_bytes, err);
+    if (rc != FL_OK)
+        return rc;
+    return p->d == 64 ? backward_launch<64>(a, p->B * p->Hq, p->B * p->Hkv, err)
+                      : backward_launch<128>(a, p->B * p->Hq, p->B * p->Hkv, err);
 }
 
 static const StageImpl tc_cuda = {
@@ -20,9 +584,9 @@ static const StageImpl tc_cuda = {
     DEVICE_CUDA,
     "FA2 in bf16 on tensor cores: mma.sync m16n8k16, ldmatrix, swizzled shared memory, cp.async",
     FEAT_BACKWARD | FEAT_CAUSAL | FEAT_GQA,
-    not_built,
-    not_built,
-    NULL,
+    tc_forward,
+    tc_backward,
+    tc_workspace_bytes,
     NULL,
     NULL,
     PRECISION_BF16,
