@@ -8,6 +8,12 @@
 #   that support it, PyTorch SDPA on the same shapes in both directions, non-causal and causal
 #   (tools/sdpa_bench.py), a GQA decode step (stage 08 against stage 07 on K/V repeated to Hq heads,
 #   with the device copy bandwidth beside it), and last the summary tables: ours vs SDPA.
+#   Stage 12 (bf16, tensor cores) is left out of that float32 sweep: its own section benches it
+#   (fwd and fwd+bwd, non-causal and causal, T = 1024,4096,16384, d = 64,128, B = 4, H = 16) beside
+#   sdpa_bench.py --dtype bf16 (SDPA's FLASH_ATTENTION and CUDNN_ATTENTION backends) on the same
+#   shapes, and tools/tc_report.py prints the table with issue 13's acceptance rows (T = 4096).
+#   ctest -L gpu and the sanitizer take stage 12 like any CUDA stage: both find the stages through
+#   `flashlab list` and the tests' gpu label.
 # Everything is written under $OUT (default ./gpu-out); the summary also goes to stdout.
 #
 # Environment:
@@ -18,7 +24,13 @@
 #   BENCH_ARGS="--T 1024,4096 --reps 5"   extra flags for `flashlab bench` (and T/d/B/H for SDPA)
 #   BENCH_STAGES=05,06    only these stages in the bench (default: every CUDA stage)
 #   SANITIZE_STAGES=06    only these stages under compute-sanitizer (default: every CUDA stage)
-#   SKIP_CAUSAL=1         no causal bench / SDPA runs      SKIP_DECODE=1   no GQA decode bench
+#   SKIP_CAUSAL=1         no causal bench / SDPA runs (the stage 12 section's too)
+#   SKIP_DECODE=1         no GQA decode bench
+#   SKIP_TC=1             no stage 12 section (it also needs 12 in BENCH_STAGES when that is set;
+#                         SKIP_SDPA=1 leaves out its SDPA runs, and the table then has stage 12 alone)
+#   TC_ARGS="--T 4096 --reps 5"   extra flags for its `flashlab bench` runs, after the defaults above
+#                         (--T, --d, --B, --H, --reps also reach its SDPA runs); BENCH_ARGS does not apply.
+#                         Its files: tc_bench_*.json, tc_sdpa_*.json, tc_summary.txt
 #   SKIP_WINDOW=1         no sliding-window bench (stage 10: T scaling at W = 256, W >= T vs 08)
 #   SKIP_MLA=1            no MLA bench (stage 09: DeepSeek-V2 shape, decode B = 64 Tk = 4096 and
 #                         prefill T = 4096, both variants; plain MHA decode through stage 08; the
@@ -115,8 +127,9 @@ fi
 
 # ---- benchmark: ours, then PyTorch SDPA on the same shapes -----------------------------------------
 bench_stages=${BENCH_STAGES:-$(echo "$cuda_stages" | paste -sd, -)}
-# stage 09 (MLA) has its own inputs and shapes: its section below, not the attention sweep
-attention_stages=$(echo "$bench_stages" | tr , '\n' | grep -vx 09 | paste -sd, -)
+# stage 09 (MLA) has its own inputs and shapes, stage 12 computes in bf16: each has its section below,
+# not this float32 attention sweep
+attention_stages=$(echo "$bench_stages" | tr , '\n' | grep -vx -e 09 -e 12 | paste -sd, -)
 if [ "${SKIP_BENCH:-0}" != 1 ] && [ -n "$attention_stages" ]; then
   step "flashlab bench --device cuda --stages $attention_stages --d 64,128 --reps $REPS $BENCH_ARGS (fwd, then fwd+bwd)"
   # shellcheck disable=SC2086
@@ -127,7 +140,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ] && [ -n "$attention_stages" ]; then
     --json >"$OUT/bench_bwd.json"
   record "bench fwd+bwd" $?
   causal_stages=$("$FLASHLAB" list | awk '$3 == "cuda" && $0 ~ /causal/ { print $1 }' | sort -u |
-    while read -r s; do in_list "$s" "$bench_stages" && echo "$s"; done | paste -sd, -)
+    while read -r s; do in_list "$s" "$attention_stages" && echo "$s"; done | paste -sd, -)
   if [ "${SKIP_CAUSAL:-0}" != 1 ] && [ -n "$causal_stages" ]; then
     step "flashlab bench --causal --stages $causal_stages (fwd, then fwd+bwd)"
     for direction in fwd bwd; do
@@ -211,6 +224,49 @@ if [ -s "$OUT/bench.json" ] && [ -s "$OUT/sdpa_fwd.json" ]; then
     [ -s "$f" ] && sdpa_files+=("$f")
   done
   python3 tools/sdpa_bench.py --compare "$OUT/bench.json" "${sdpa_files[@]}" | tee "$OUT/summary.txt"
+fi
+
+# ---- tensor cores: stage 12 in bf16 beside SDPA's FA2 and cuDNN backends, bf16 too ---------------
+if [ "${SKIP_TC:-0}" != 1 ] && in_list 12 "$bench_stages"; then
+  if echo "$cuda_stages" | grep -qx 12; then
+    TC_ARGS=${TC_ARGS:-}
+    tc_shape="--T 1024,4096,16384 --d 64,128 --B 4 --H 16" # = flashlab bench --device cuda's defaults
+    tc_sdpa=()
+    for flag in --T --d --B --H --reps; do # what SDPA gets: the defaults, then what TC_ARGS says
+      value=$(echo " $tc_shape --reps $REPS $TC_ARGS " | sed -n "s/.* $flag \([^ ]*\) .*/\1/p")
+      tc_sdpa+=("$flag" "$value")
+    done
+    rm -f "$OUT"/tc_bench_*.json "$OUT"/tc_sdpa_*.json # the report reads them all: none from an older run
+    masks=("")
+    [ "${SKIP_CAUSAL:-0}" != 1 ] && masks+=(--causal)
+    step "stage 12 (bf16, tensor cores): flashlab bench --stages 12 $tc_shape --reps $REPS${TC_ARGS:+ $TC_ARGS}, fwd and fwd+bwd${masks[1]:+, non-causal and causal}"
+    for mask in "${masks[@]}"; do
+      for direction in fwd bwd; do
+        name=${mask:+causal_}$direction
+        # shellcheck disable=SC2086
+        "$FLASHLAB" bench --device cuda --stages 12 --direction $direction $mask $tc_shape --reps "$REPS" $TC_ARGS \
+          --json >"$OUT/tc_bench_$name.json"
+        record "stage 12 bench $name" $?
+      done
+    done
+    if [ "${SKIP_SDPA:-0}" != 1 ]; then
+      step "PyTorch SDPA in bf16 (FLASH_ATTENTION, CUDNN_ATTENTION) on the same shapes: ${tc_sdpa[*]}"
+      for mask in "${masks[@]}"; do
+        for direction in fwd bwd; do
+          name=${mask:+causal_}$direction
+          # shellcheck disable=SC2086
+          PYTHONUNBUFFERED=1 python3 tools/sdpa_bench.py --dtype bf16 --direction $direction $mask "${tc_sdpa[@]}" \
+            --json "$OUT/tc_sdpa_$name.json"
+          record "sdpa_bench bf16 $name" $?
+        done
+      done
+    fi
+    step "tensor-core summary (tools/tc_report.py $OUT)"
+    python3 tools/tc_report.py "$OUT" | tee "$OUT/tc_summary.txt"
+    record "tc report" "${PIPESTATUS[0]}"
+  else
+    step "stage 12: no CUDA implementation in this build; tensor-core section skipped"
+  fi
 fi
 
 if [ "${SKIP_WINDOW:-0}" != 1 ] && in_list 10 "$bench_stages"; then

@@ -9,11 +9,19 @@ through autograd (out = SDPA(q, k, v); out.backward(dO)), FLOPs 3.5x forward, li
 `flashlab bench --direction bwd`. A shape a backend cannot run (the math backend materialises
 B*H*T*T scores and runs out of memory at T = 16384) is reported as skipped.
 
+--dtype bf16 is the reference beside stage 12 (tensor cores): q, k, v and dO in bfloat16, timed with
+the FLASH_ATTENTION (FlashAttention-2) and CUDNN_ATTENTION backends by default (--backends picks
+others), same shapes, FLOP count and JSON rows, each row with "dtype": "bf16" (float32 rows carry no
+dtype key). In a bf16 bwd run the gradients of q, k and v are dropped before each run, so no run
+pays for adding into the previous one's. A skipped row says why: the backend's own warnings about
+the shape when PyTorch only answers "No available kernel".
+
 PyTorch is needed only here, on the GPU machine; nothing in the C build uses this script.
 
   python3 tools/sdpa_bench.py                              # defaults = flashlab bench --device cuda
   python3 tools/sdpa_bench.py --T 1024,4096 --d 128 --json sdpa.json
   python3 tools/sdpa_bench.py --direction bwd --json sdpa_bwd.json   # forward + backward
+  python3 tools/sdpa_bench.py --dtype bf16 --causal --json tc_sdpa_causal_fwd.json   # beside stage 12
   python3 tools/sdpa_bench.py --compare bench.json sdpa.json   # summary table: ours vs SDPA
   python3 tools/sdpa_bench.py --copy-bandwidth             # device-to-device copy GB/s (the roofline)
   python3 tools/sdpa_bench.py --decode --B 1,8 --H 32 --Hkv 8 --T 4096,32768 --d 128 --json dec.json
@@ -28,6 +36,8 @@ import sys
 # flashlab bench --device cuda defaults (common/flashlab.c): B = 4, H = 16, T = 1024,4096,16384, d = 64,128
 DEFAULT_B, DEFAULT_H, DEFAULT_T, DEFAULT_D = 4, 16, "1024,4096,16384", "64,128"
 BACKENDS = ("EFFICIENT_ATTENTION", "MATH")
+BF16_BACKENDS = ("FLASH_ATTENTION", "CUDNN_ATTENTION")  # FlashAttention-2 and cuDNN: stage 12's reference
+DTYPES = ("float32", "bf16")
 
 
 def int_list(text):
@@ -39,7 +49,17 @@ def flops(B, H, T, d, direction="fwd", causal=False):
     return 3.5 * forward if direction == "bwd" else forward
 
 
-def time_sdpa(torch, backend, B, H, T, d, warmup, reps, direction="fwd", causal=False):
+def import_torch():
+    """PyTorch, or exit with a one-line message: only the timing needs it (--compare does not)."""
+    try:
+        import torch
+    except ImportError as e:
+        sys.exit("sdpa_bench.py: PyTorch is needed to time SDPA and cannot be imported here (%s); "
+                 "install it on the GPU machine, or use --compare, which reads JSON only" % e)
+    return torch
+
+
+def time_sdpa(torch, backend, B, H, T, d, warmup, reps, direction="fwd", causal=False, dtype="float32"):
     """Median ms of `reps` runs, each timed with its own pair of CUDA events; a bwd run is the
     forward and the backward through autograd."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -47,12 +67,16 @@ def time_sdpa(torch, backend, B, H, T, d, warmup, reps, direction="fwd", causal=
 
     gen = torch.Generator(device="cuda").manual_seed(T * 131 + d)
     bwd = direction == "bwd"
-    q, k, v, dout = (torch.randn(B, H, T, d, device="cuda", dtype=torch.float32, generator=gen) for _ in range(4))
+    bf16 = dtype == "bf16"
+    kind = torch.bfloat16 if bf16 else torch.float32
+    q, k, v, dout = (torch.randn(B, H, T, d, device="cuda", dtype=kind, generator=gen) for _ in range(4))
     for x in (q, k, v):
         x.requires_grad_(bwd)
     samples = []
     with sdpa_kernel(getattr(SDPBackend, backend)):
         for i in range(warmup + reps):
+            if bwd and bf16:  # untimed: autograd then stores the new gradients instead of adding them
+                q.grad = k.grad = v.grad = None
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
@@ -65,48 +89,102 @@ def time_sdpa(torch, backend, B, H, T, d, warmup, reps, direction="fwd", causal=
     return statistics.median(samples)
 
 
+def backend_list(args):
+    """The --backends list, else the dtype's default pair."""
+    if args.backends:
+        return [b.strip().upper() for b in args.backends.split(",") if b.strip()]
+    return list(BF16_BACKENDS if args.dtype == "bf16" else BACKENDS)
+
+
+def skip_reason(error, caught):
+    """The note of a row that did not run. "No available kernel" alone does not say why; the
+    warnings PyTorch gave while looking for one do (e.g. which head dim or dtype it wanted)."""
+    first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    why = []
+    for w in caught:
+        text = " ".join(str(w.message).split())
+        if text and text not in why:
+            why.append(text)
+    if why and "no available kernel" in first.lower():
+        return "skipped: " + "; ".join(why)[:300]
+    return "skipped: " + first[:200]
+
+
 def run_bench(args):
-    import torch
+    torch = import_torch()
+    from torch.nn.attention import SDPBackend
 
     torch.backends.cuda.matmul.allow_tf32 = False  # plain fp32, as flashlab's kernels
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
     device = torch.cuda.get_device_name(0)
+    bf16 = args.dtype == "bf16"
     rows = []
-    for backend in BACKENDS:
+    for backend in backend_list(args):
         for T in int_list(args.T):
             for d in int_list(args.d):
                 row = {"backend": backend, "device": device, "direction": args.direction, "B": args.B,
                        "H": args.H, "T": T, "d": d, "causal": args.causal,
                        "flops": flops(args.B, args.H, T, d, args.direction, args.causal),
                        "time_ms": None, "tflops_per_s": None, "note": None}
-                try:
-                    ms = time_sdpa(torch, backend, args.B, args.H, T, d, args.warmup, args.reps, args.direction,
-                                   args.causal)
-                    row["time_ms"] = ms
-                    row["tflops_per_s"] = row["flops"] / (ms * 1e9)
-                except torch.OutOfMemoryError:
-                    row["note"] = "skipped: out of GPU memory"
-                except RuntimeError as e:  # e.g. no kernel of this backend for the shape
-                    row["note"] = "skipped: " + str(e).splitlines()[0][:120]
-                finally:
-                    torch.cuda.empty_cache()
+                if bf16:
+                    row["dtype"] = args.dtype
+                if not hasattr(SDPBackend, backend):  # e.g. CUDNN_ATTENTION before PyTorch 2.3
+                    row["note"] = "skipped: this PyTorch (%s) has no SDPBackend.%s" % (torch.__version__, backend)
+                elif bf16:
+                    run_bf16_row(torch, args, backend, T, d, row)
+                else:  # float32: exactly as before --dtype existed
+                    try:
+                        ms = time_sdpa(torch, backend, args.B, args.H, T, d, args.warmup, args.reps, args.direction,
+                                       args.causal)
+                        row["time_ms"] = ms
+                        row["tflops_per_s"] = row["flops"] / (ms * 1e9)
+                    except torch.OutOfMemoryError:
+                        row["note"] = "skipped: out of GPU memory"
+                    except RuntimeError as e:  # e.g. no kernel of this backend for the shape
+                        row["note"] = "skipped: " + str(e).splitlines()[0][:120]
+                    finally:
+                        torch.cuda.empty_cache()
                 rows.append(row)
                 print_sdpa_row(row)
     return rows
 
 
+def run_bf16_row(torch, args, backend, T, d, row):
+    """Times one bf16 row into `row`, or leaves a note saying why it was skipped: a number is only
+    ever written for runs that finished."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            ms = time_sdpa(torch, backend, args.B, args.H, T, d, args.warmup, args.reps, args.direction,
+                           args.causal, args.dtype)
+            if ms > 0:
+                row["time_ms"] = ms
+                row["tflops_per_s"] = row["flops"] / (ms * 1e9)
+            else:
+                row["note"] = "skipped: measured %r ms" % ms
+        except torch.OutOfMemoryError:
+            row["note"] = "skipped: out of GPU memory"
+        except (RuntimeError, ValueError, TypeError, NotImplementedError) as e:  # no kernel of it for the shape
+            row["note"] = skip_reason(e, caught)
+        finally:
+            torch.cuda.empty_cache()
+
+
 def print_sdpa_row(row):
     value = ("%10.3f  %8.2f" % (row["time_ms"], row["tflops_per_s"])) if row["time_ms"] else row["note"]
-    print("sdpa %-20s %s%s B=%d H=%d T=%-6d d=%-4d %s" % (row["backend"], row.get("direction", "fwd"),
-                                                         " causal" if row.get("causal") else "", row["B"],
-                                                         row["H"], row["T"], row["d"], value), flush=True)
+    print("sdpa %-20s %s%s%s B=%d H=%d T=%-6d d=%-4d %s" % (row["backend"], row.get("direction", "fwd"),
+                                                           " causal" if row.get("causal") else "",
+                                                           " " + row["dtype"] if "dtype" in row else "", row["B"],
+                                                           row["H"], row["T"], row["d"], value), flush=True)
 
 
 def copy_bandwidth(reps=20, gib=2):
     """Median device-to-device copy bandwidth in GB/s (bytes read + bytes written per second) of a
     `gib` GiB float32 tensor: the practical ceiling of a memory-bound kernel such as decoding."""
-    import torch
+    torch = import_torch()
 
     n = gib * (1 << 30) // 4
     src = torch.empty(n, device="cuda", dtype=torch.float32).normal_()
@@ -129,7 +207,7 @@ def run_decode(args):
     """One decoding step per (B, T): q (B, H, Tq, d), k and v (B, Hkv, T, d), float32, TF32 off,
     SDPA with enable_gqa=True and PyTorch's own backend choice. Reports the median time and the
     K/V bytes per second, B*Hkv*T*2d*4 / time, the traffic a decode step cannot avoid."""
-    import torch
+    torch = import_torch()
     import torch.nn.functional as F
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -181,8 +259,8 @@ def compare(flashlab_json, sdpa_jsons):
         ours_all = [r for r in json.load(f) if r.get("device") == "cuda"]
     theirs_all = []
     for path in sdpa_jsons:
-        with open(path) as f:
-            theirs_all += json.load(f)
+        with open(path) as f:  # float32 rows only: bf16 ones are tools/tc_report.py's
+            theirs_all += [r for r in json.load(f) if r.get("dtype", "float32") == "float32"]
     device = theirs_all[0]["device"] if theirs_all else "?"
     # self-attention rows only (Tq = Tk, Hq = Hkv): the shapes SDPA was run on
     ours_all = [r for r in ours_all if r["Tq"] == r["Tk"] and r["Hq"] == r["Hkv"]]
@@ -234,6 +312,12 @@ def main():
     ap.add_argument("--direction", choices=("fwd", "bwd"), default="fwd",
                     help="fwd: the forward pass; bwd: forward + backward through autograd")
     ap.add_argument("--causal", action="store_true", help="is_causal=True (FLOPs halved)")
+    ap.add_argument("--dtype", choices=DTYPES, default="float32",
+                    help="float32 (TF32 off; default backends %s) or bf16 (the reference beside stage 12; "
+                         "default backends %s)" % (",".join(BACKENDS), ",".join(BF16_BACKENDS)))
+    ap.add_argument("--backends", metavar="LIST",
+                    help="comma-separated SDPBackend names to time instead of the dtype's default pair "
+                         "(FLASH_ATTENTION, CUDNN_ATTENTION, EFFICIENT_ATTENTION, MATH)")
     ap.add_argument("--decode", action="store_true",
                     help="time one decoding step with enable_gqa=True (uses --B list, --H, --Hkv, --Tq, --T, --d)")
     ap.add_argument("--Hkv", type=int, default=8, help="--decode: kv heads")
