@@ -87,9 +87,11 @@ __global__ void __launch_bounds__(FwdTile<D>::NT) tc_forward_kernel(TcArgs a)
     bf16 *Vs = Ks + 2 * T::BC * D;               // V_j (BC, D), two stages
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
-    const int bh = blockIdx.y, h = bh % a.Hq, b = bh / a.Hq;
+    // grid (heads, query tiles), query tiles in reverse: with a causal mask the longest walks
+    // (the last query tiles) start first, as in stage 07
+    const int bh = blockIdx.x, h = bh % a.Hq, b = bh / a.Hq;
     const int kvh = b * (a.Hq / a.group) + h / a.group;
-    const int q0 = blockIdx.x * T::BR, rows_q = min(T::BR, a.Tq - q0);
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * T::BR, rows_q = min(T::BR, a.Tq - q0);
     const size_t q_row0 = (size_t)bh * a.Tq + q0, kv_row0 = (size_t)kvh * a.Tk;
     // Keys the tile needs: all of them, or (causal) up to the last row's position.
     const int key_end = a.causal ? min(a.Tk, q0 + rows_q + a.Tk - a.Tq) : a.Tk;
@@ -230,7 +232,10 @@ __global__ void __launch_bounds__(FwdTile<D>::NT) tc_forward_kernel(TcArgs a)
 // lse_i, D_i (BR floats); dS^T (BC, BR).
 template <int D> struct BwdTile {
     static constexpr int BR = TC_BWD_BLOCK_R, BC = TC_BLOCK_C, WARPS = BC / 16, NT = 32 * WARPS;
-    static constexpr int NQ = BR / 8, NO = D / 8; // accumulator tiles of S^T and of dK, dV per warp
+    // QP: query rows per pass of a step. Two passes of 32 at d = 128 keep S^T and dP^T at 16
+    // registers each beside dK and dV's 128 (one pass of 64 spills there).
+    static constexpr int QP = D == 128 ? 32 : 64;
+    static constexpr int NQ = QP / 8, NO = D / 8; // accumulator tiles of S^T (a pass) and of dK, dV
     static constexpr size_t SMEM_BYTES =
         (size_t)(2 * BC * D + 4 * BR * D + BC * BR) * sizeof(bf16) + 4 * BR * sizeof(float);
 };
@@ -313,6 +318,9 @@ __global__ void __launch_bounds__(BwdTile<D>::NT) tc_backward_kernel(TcArgs a)
     extern __shared__ uint4 smem16[];
     const BwdSmem<D> sm(smem16);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
+    // grid (key tiles, kv heads): the blocks running together share a head, so its Q and dO tiles,
+    // which every block of the head streams, are served from L2 (heads in x, as in the forward,
+    // measured 1.4x slower at T = 16384)
     const int kvbh = blockIdx.y, hkv = kvbh % (a.Hq / a.group), b = kvbh / (a.Hq / a.group);
     const int hq0 = b * a.Hq + hkv * a.group; // first query head (b, h) of the group, flattened
     const int kv0 = blockIdx.x * T::BC, rows_kv = min(T::BC, a.Tk - kv0);
@@ -350,75 +358,80 @@ __global__ void __launch_bounds__(BwdTile<D>::NT) tc_backward_kernel(TcArgs a)
         const bf16 *Qi = sm.Qs + st * T::BR * D, *dOi = sm.dOs + st * T::BR * D;
         const float *Li = sm.Ls + st * T::BR, *Di = sm.Ds + st * T::BR;
 
-        // S^T = K_j Q_i^T and dP^T = V_j dO_i^T   (16, BR) per warp
-        float s[T::NQ][4], dp[T::NQ][4];
-#pragma unroll
-        for (int n = 0; n < T::NQ; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                s[n][e] = dp[n][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < D; kk += 16) {
-            uint32_t ka[4], va[4];
-            load_a<D>(ka, sm.Ks, 16 * warp, kk, lane);
-            load_a<D>(va, sm.Vs, 16 * warp, kk, lane);
-#pragma unroll
-            for (int n = 0; n < T::NQ; n += 2) {
-                uint32_t qb[4], ob[4];
-                load_b_pair<D>(qb, Qi, 8 * n, kk, lane);
-                mma_bf16(s[n], ka, qb[0], qb[1]);
-                mma_bf16(s[n + 1], ka, qb[2], qb[3]);
-                load_b_pair<D>(ob, dOi, 8 * n, kk, lane);
-                mma_bf16(dp[n], va, ob[0], ob[1]);
-                mma_bf16(dp[n + 1], va, ob[2], ob[3]);
-            }
-        }
-
-        // P^T = exp2(S^T scale log2(e) - lse log2(e)),  dS^T = P^T ∘ (dP^T - D)   (element e of
-        // tile n: key key[e / 2], query row q0 + 8n + 2 t4 + e % 2). s becomes P^T, dp becomes dS^T.
         const bool masked = kv0 + T::BC > a.Tk || q0 + T::BR > a.Tq ||
                             (a.causal && kv0 + T::BC - 1 > q0 + a.Tk - a.Tq);
+        // In passes of QP query rows (fewer live accumulators; see BwdTile::QP):
+#pragma unroll 1
+        for (int qp = 0; qp < T::BR; qp += T::QP) {
+            // S^T = K_j Q_i^T and dP^T = V_j dO_i^T   (16, QP) per warp
+            float s[T::NQ][4], dp[T::NQ][4];
 #pragma unroll
-        for (int n = 0; n < T::NQ; n++)
+            for (int n = 0; n < T::NQ; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int c = 8 * n + 2 * t4 + (e & 1); // query row within the tile
-                const float lse = Li[c];
-                // a row that saw no key (lse = -inf) has P = 0 for every key: the mask covers it
-                float p = exp2f(s[n][e] * a.scale_log2 - lse * kLog2e);
-                if (masked && hidden(a, q0 + c, key[e >> 1]))
-                    p = 0.0f;
-                s[n][e] = p;
-                dp[n][e] = p * (dp[n][e] - Di[c]);
+                for (int e = 0; e < 4; e++)
+                    s[n][e] = dp[n][e] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < D; kk += 16) {
+                uint32_t ka[4], va[4];
+                load_a<D>(ka, sm.Ks, 16 * warp, kk, lane);
+                load_a<D>(va, sm.Vs, 16 * warp, kk, lane);
+#pragma unroll
+                for (int n = 0; n < T::NQ; n += 2) {
+                    uint32_t qb[4], ob[4];
+                    load_b_pair<D>(qb, Qi, qp + 8 * n, kk, lane);
+                    mma_bf16(s[n], ka, qb[0], qb[1]);
+                    mma_bf16(s[n + 1], ka, qb[2], qb[3]);
+                    load_b_pair<D>(ob, dOi, qp + 8 * n, kk, lane);
+                    mma_bf16(dp[n], va, ob[0], ob[1]);
+                    mma_bf16(dp[n + 1], va, ob[2], ob[3]);
+                }
             }
 
-        // dV_j += P^T dO_i and dK_j += dS^T Q_i   (16, D): P^T and dS^T as bf16 A fragments
+            // P^T = exp2(S^T scale log2(e) - lse log2(e)),  dS^T = P^T ∘ (dP^T - D)   (element e
+            // of tile n: key key[e / 2], query row q0 + qp + 8n + 2 t4 + e % 2). s becomes P^T,
+            // dp becomes dS^T.
 #pragma unroll
-        for (int kc = 0; kc < T::NQ; kc += 2) {
-            uint32_t pa[4], dsa[4];
-            a_from_c(pa, s[kc], s[kc + 1]);
-            a_from_c(dsa, dp[kc], dp[kc + 1]);
+            for (int n = 0; n < T::NQ; n++)
 #pragma unroll
-            for (int n = 0; n < T::NO; n += 2) {
-                uint32_t ob[4], qb[4];
-                load_b_pair_trans<D>(ob, dOi, 8 * n, 8 * kc, lane);
-                mma_bf16(dv[n], pa, ob[0], ob[1]);
-                mma_bf16(dv[n + 1], pa, ob[2], ob[3]);
-                load_b_pair_trans<D>(qb, Qi, 8 * n, 8 * kc, lane);
-                mma_bf16(dk[n], dsa, qb[0], qb[1]);
-                mma_bf16(dk[n + 1], dsa, qb[2], qb[3]);
+                for (int e = 0; e < 4; e++) {
+                    const int c = qp + 8 * n + 2 * t4 + (e & 1); // query row within the tile
+                    const float lse = Li[c];
+                    // a row that saw no key (lse = -inf) has P = 0 for every key: the mask covers it
+                    float p = exp2f(s[n][e] * a.scale_log2 - lse * kLog2e);
+                    if (masked && hidden(a, q0 + c, key[e >> 1]))
+                        p = 0.0f;
+                    s[n][e] = p;
+                    dp[n][e] = p * (dp[n][e] - Di[c]);
+                }
+
+            // dV_j += P^T dO_i and dK_j += dS^T Q_i   (16, D): P^T and dS^T as bf16 A fragments
+#pragma unroll
+            for (int kc = 0; kc < T::NQ; kc += 2) {
+                uint32_t pa[4], dsa[4];
+                a_from_c(pa, s[kc], s[kc + 1]);
+                a_from_c(dsa, dp[kc], dp[kc + 1]);
+#pragma unroll
+                for (int n = 0; n < T::NO; n += 2) {
+                    uint32_t ob[4], qb[4];
+                    load_b_pair_trans<D>(ob, dOi, 8 * n, qp + 8 * kc, lane);
+                    mma_bf16(dv[n], pa, ob[0], ob[1]);
+                    mma_bf16(dv[n + 1], pa, ob[2], ob[3]);
+                    load_b_pair_trans<D>(qb, Qi, 8 * n, qp + 8 * kc, lane);
+                    mma_bf16(dk[n], dsa, qb[0], qb[1]);
+                    mma_bf16(dk[n + 1], dsa, qb[2], qb[3]);
+                }
             }
+
+            // dS^T (BC, BR) to shared memory as bf16, for dQ
+#pragma unroll
+            for (int n = 0; n < T::NQ; n++)
+#pragma unroll
+                for (int rr = 0; rr < 2; rr++) {
+                    const int row = 16 * warp + g + 8 * rr;
+                    *reinterpret_cast<uint32_t *>(sm.dSTs + swizzle<T::BR>(row, qp + 8 * n) + 2 * t4) =
+                        pack_bf16(dp[n][2 * rr], dp[n][2 * rr + 1]);
+                }
         }
-
-        // dS^T (BC, BR) to shared memory as bf16, for dQ
-#pragma unroll
-        for (int n = 0; n < T::NQ; n++)
-#pragma unroll
-            for (int rr = 0; rr < 2; rr++) {
-                const int row = 16 * warp + g + 8 * rr;
-                *reinterpret_cast<uint32_t *>(sm.dSTs + swizzle<T::BR>(row, 8 * n) + 2 * t4) =
-                    pack_bf16(dp[n][2 * rr], dp[n][2 * rr + 1]);
-            }
         __syncthreads();
 
         // dQ_i += scale dS K_j   (BR, D): warp w adds query rows 16w .. 16w+15, 16 columns at a time
@@ -492,7 +505,7 @@ int launch(Kernel kernel, dim3 grid, int threads, size_t smem, const TcArgs &a, 
 template <int D> int forward_launch(const TcArgs &a, int heads, FlError *err)
 {
     using T = FwdTile<D>;
-    const dim3 grid((unsigned)ceil_div(a.Tq, T::BR), (unsigned)heads);
+    const dim3 grid((unsigned)heads, (unsigned)ceil_div(a.Tq, T::BR));
     return launch(tc_forward_kernel<D>, grid, T::NT, T::SMEM_BYTES, a, "tc_forward_kernel", err);
 }
 
