@@ -161,7 +161,7 @@ for path in sys.argv[1:]:
 print(json.dumps(rows, indent=1))
 PY
 fi
-if [ "${SKIP_SDPA:-0}" != 1 ]; then
+if [ "${SKIP_SDPA:-0}" != 1 ] && [ -n "$attention_stages" ]; then # the reference of the float32 sweep
   step "PyTorch SDPA (float32, TF32 off) on the same shapes, fwd and fwd+bwd"
   sdpa_args=()
   for flag in --T --d --B --H; do # pass the bench's own overrides through
