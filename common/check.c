@@ -43,6 +43,13 @@ static int element_ok(float got, float want, double atol, double rtol, CheckResu
     return abs_err <= atol + rtol * fabs((double)want); /* false for a NaN/Inf got */
 }
 
+double check_tolerance(Precision precision, int gradient)
+{
+    if (precision == PRECISION_BF16)
+        return gradient ? CHECK_TOL_BWD_BF16 : CHECK_TOL_FWD_BF16;
+    return gradient ? CHECK_TOL_BWD : CHECK_TOL_FWD;
+}
+
 int check_tensor(const Tensor *got, const Tensor *want, double atol, double rtol, CheckResult *r)
 {
     memset(r, 0, sizeof *r);

@@ -1,12 +1,14 @@
-/* cuda_runner.cu — the device side of the runner (runner.h): copies a problem to the GPU, runs a
- * CUDA stage on it with a device HBM counter, copies the outputs and the counts back; and times a
- * pass with CUDA events. runner.c has already checked the stage's features.
+/* cuda_runner.cu — the device side of the runner (runner.h): copies a problem to the GPU (and, for
+ * a bf16 stage, makes the bf16 copies of its inputs there), runs a CUDA stage on it with a device
+ * HBM counter, copies the outputs and the counts back; and times a pass with CUDA events.
+ * runner.c has already checked the stage's features and head dims.
  *
  * Every CUDA call is checked; every path frees what it allocated. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "cuda_util.h"
 #include "runner.h"
 #include "timer.h"
@@ -64,6 +66,10 @@ static void device_run_free(DeviceRun *r)
     cudaFree((void *)r->p.dout);
     cudaFree((void *)r->p.block_table);
     cudaFree((void *)r->p.seq_lens);
+    cudaFree((void *)r->p.q_bf16);
+    cudaFree((void *)r->p.k_bf16);
+    cudaFree((void *)r->p.v_bf16);
+    cudaFree((void *)r->p.dout_bf16);
     cudaFree(r->t.o);
     cudaFree(r->t.lse);
     cudaFree(r->t.dq);
@@ -97,6 +103,7 @@ static int upload_inputs(const AttnProblem *host, int with_dout, DeviceRun *r, F
     r->p = *host;
     r->p.q = r->p.k = r->p.v = r->p.sinks = r->p.dout = NULL;
     r->p.block_table = r->p.seq_lens = NULL;
+    r->p.q_bf16 = r->p.k_bf16 = r->p.v_bf16 = r->p.dout_bf16 = NULL;
     int rc = fl_cuda_upload_floats(&q, host->q, q_numel(host), "copying q to the device", err);
     r->p.q = q;
     if (rc == FL_OK)
@@ -115,6 +122,50 @@ static int upload_inputs(const AttnProblem *host, int with_dout, DeviceRun *r, F
     r->p.dout = dout;
     if (rc == FL_OK && host->page_size > 0)
         rc = upload_page_index(host, r, err);
+    return rc;
+}
+
+/* ---- bf16 inputs (a stage whose precision is PRECISION_BF16) --------------------------------- */
+
+/* y[i] = bf16_from_float(x[i]), the same rounding rule as the host (common/bf16.h); a grid-stride
+ * loop, so any grid covers any n. */
+static __global__ void bf16_from_float_kernel(const float *x, uint16_t *y, size_t n)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        y[i] = bf16_from_float(x[i]);
+}
+
+/* *dst = a new device array of the n bf16 patterns of the device array x (NULL when x is NULL). */
+static int device_bf16(const uint16_t **dst, const float *x, size_t n, const char *what, FlError *err)
+{
+    *dst = NULL;
+    if (!x || n == 0)
+        return FL_OK;
+    void *y = NULL;
+    int rc = fl_cuda_alloc_bytes(&y, n * sizeof(uint16_t), what, err);
+    if (rc != FL_OK)
+        return rc;
+    *dst = (const uint16_t *)y;
+    const int threads = 256;
+    const size_t blocks = (n + threads - 1) / threads < 4096 ? (n + threads - 1) / threads : 4096;
+    bf16_from_float_kernel<<<(unsigned)blocks, threads>>>(x, (uint16_t *)y, n);
+    return fl_cuda_launch_status(what, err);
+}
+
+/* The bf16 copies of the device inputs q, k, v (and dout when it was uploaded), made once after
+ * the upload; freed by device_run_free. Not counted: the stage's counters start after them. */
+static int convert_inputs_bf16(DeviceRun *r, FlError *err)
+{
+    int rc = device_bf16(&r->p.q_bf16, r->p.q, q_numel(&r->p), "converting q to bf16", err);
+    if (rc == FL_OK)
+        rc = device_bf16(&r->p.k_bf16, r->p.k, k_numel(&r->p), "converting k to bf16", err);
+    if (rc == FL_OK)
+        rc = device_bf16(&r->p.v_bf16, r->p.v, v_numel(&r->p), "converting v to bf16", err);
+    if (rc == FL_OK)
+        rc = device_bf16(&r->p.dout_bf16, r->p.dout, o_numel(&r->p), "converting dO to bf16", err);
+    if (rc == FL_OK)
+        rc = fl_cuda_status(cudaDeviceSynchronize(), "converting the inputs to bf16", err);
     return rc;
 }
 
@@ -260,13 +311,15 @@ static int wants_backward(const StageImpl *impl, Direction dir, const AttnProble
     return dir == DIR_BWD && p->dout && impl->backward;
 }
 
-/* Inputs, outputs and the counter on the device. */
+/* Inputs (and a bf16 stage's bf16 copies), outputs and the counter on the device. */
 static int device_run_setup(const StageImpl *impl, Direction dir, const AttnProblem *p, DeviceRun *r,
                             FlError *err)
 {
     int bwd = wants_backward(impl, dir, p);
     memset(r, 0, sizeof *r);
     int rc = upload_inputs(p, bwd, r, err);
+    if (rc == FL_OK && impl->precision == PRECISION_BF16)
+        rc = convert_inputs_bf16(r, err);
     if (rc == FL_OK)
         rc = alloc_outputs(p, bwd, r, err);
     if (rc == FL_OK)

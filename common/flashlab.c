@@ -483,11 +483,12 @@ typedef struct {
     CheckResult r;
 } TensorGrade;
 
-/* Compares every output of the run with the case's expected files. Fills *max_err and, when
- * grades is non-NULL, one TensorGrade per compared tensor (*ngrades of them); returns the number of
- * failing tensors. print: one line per tensor (check_print) with this indent. */
-static int compare_outputs(const Case *c, const Outputs *x, int print, double *max_err, TensorGrade *grades,
-                           int *ngrades)
+/* Compares every output of the run with the case's expected files, at the tolerance of the
+ * precision the stage computes in (check_tolerance). Fills *max_err and, when grades is non-NULL,
+ * one TensorGrade per compared tensor (*ngrades of them); returns the number of failing tensors.
+ * print: one line per tensor (check_print) with this indent. */
+static int compare_outputs(const Case *c, const Outputs *x, Precision precision, int print, double *max_err,
+                           TensorGrade *grades, int *ngrades)
 {
     int failed = 0;
     *max_err = 0.0;
@@ -504,7 +505,7 @@ static int compare_outputs(const Case *c, const Outputs *x, int print, double *m
             failed++;
             continue;
         }
-        double tol = id <= OUT_LSE ? CHECK_TOL_FWD : CHECK_TOL_BWD;
+        const double tol = check_tolerance(precision, id > OUT_LSE);
         CheckResult r;
         if (check_tensor(got, want, tol, tol, &r) != 0) {
             char a[64], b[64];
@@ -590,6 +591,20 @@ static const char *feature_list(unsigned features, char *buf, size_t len)
     return buf;
 }
 
+/* "float32", or "bf16" with the head dims when the stage runs only some ("bf16 d=64,128"). */
+static const char *precision_label(const StageImpl *impl, char *buf, size_t len)
+{
+    const char *name = impl->precision == PRECISION_BF16 ? "bf16" : "float32";
+    const int a = impl->head_dims[0], b = impl->head_dims[1];
+    if (a > 0 && b > 0 && a != b)
+        snprintf(buf, len, "%s d=%d,%d", name, a, b);
+    else if (a > 0 || b > 0)
+        snprintf(buf, len, "%s d=%d", name, a > 0 ? a : b);
+    else
+        snprintf(buf, len, "%s", name);
+    return buf;
+}
+
 static int cmd_list(Options *o)
 {
     if (o->npositional > 0)
@@ -599,11 +614,13 @@ static int cmd_list(Options *o)
         printf("no stages in this build yet (stages/NN_name/CMakeLists.txt registers them)\n");
         return FL_OK;
     }
-    printf("%-5s  %-16s  %-6s  %-10s  %-48s  %s\n", "stage", "name", "device", "variant", "features", "lesson");
+    printf("%-5s  %-16s  %-6s  %-10s  %-13s  %-48s  %s\n", "stage", "name", "device", "variant", "precision",
+           "features", "lesson");
     for (int i = 0; all[i]; i++) {
-        char features[256];
-        printf("%-5s  %-16s  %-6s  %-10s  %-48s  %s\n", all[i]->stage, all[i]->name,
+        char features[256], precision[48];
+        printf("%-5s  %-16s  %-6s  %-10s  %-13s  %-48s  %s\n", all[i]->stage, all[i]->name,
                device_name(all[i]->device), all[i]->variant[0] ? all[i]->variant : "-",
+               precision_label(all[i], precision, sizeof precision),
                feature_list(all[i]->features, features, sizeof features), all[i]->lesson);
     }
     printf("cuda device: %s\n", cuda_device_available() ? cuda_device_description() : "none");
@@ -763,6 +780,14 @@ static void check_one_case(const Options *o, const StageImpl *impl, Case *c, int
         tally->skipped++;
         return;
     }
+    if (!runner_head_dims_ok(impl, &p) && !explicit) {
+        char precision[48];
+        if (o->verbose)
+            printf("%s: skipped (d = %d, dv = %d: stage %s runs %s only)\n", c->name, p.d, p.dv, impl->stage,
+                   precision_label(impl, precision, sizeof precision));
+        tally->skipped++;
+        return;
+    }
     FlError err = {{0}};
     Outputs x;
     RunStats stats;
@@ -787,7 +812,7 @@ static void check_one_case(const Options *o, const StageImpl *impl, Case *c, int
     double max_err;
     TensorGrade grades[OUT_COUNT];
     int ngrades;
-    const int failed = compare_outputs(c, &x, !o->json, &max_err, grades, &ngrades);
+    const int failed = compare_outputs(c, &x, impl->precision, !o->json, &max_err, grades, &ngrades);
     outputs_free(&x);
     tally_result(failed, tally);
     if (o->json) {
@@ -809,12 +834,14 @@ static int mla_y_alloc(const MlaProblem *p, Tensor *y, FlError *err)
     return FL_OK;
 }
 
-/* Compares y with the case's y.npy; returns 1 if it fails. print: the check_print line; r (may be
- * NULL) receives the comparison. */
-static int compare_mla(const Case *c, const Tensor *y, int print, double *max_err, CheckResult *r_out)
+/* Compares y with the case's y.npy at the forward tolerance of the stage's precision; returns 1 if
+ * it fails. print: the check_print line; r (may be NULL) receives the comparison. */
+static int compare_mla(const Case *c, const Tensor *y, Precision precision, int print, double *max_err,
+                       CheckResult *r_out)
 {
     CheckResult r;
-    check_tensor(y, &c->mla_y, CHECK_TOL_FWD, CHECK_TOL_FWD, &r); /* shapes agree: both from c->mla */
+    const double tol = check_tolerance(precision, 0);
+    check_tensor(y, &c->mla_y, tol, tol, &r); /* shapes agree: both from c->mla */
     if (print)
         check_print(stdout, "    y.npy", y, &r);
     if (r_out)
@@ -850,7 +877,7 @@ static void check_one_mla_case(const Options *o, const StageImpl *impl, Case *c,
     TensorGrade grade;
     memset(&grade, 0, sizeof grade);
     grade.name = mla_file_name(MLA_INPUT_COUNT);
-    const int failed = compare_mla(c, &y, !o->json, &max_err, &grade.r);
+    const int failed = compare_mla(c, &y, impl->precision, !o->json, &max_err, &grade.r);
     tensor_free(&y);
     tally_result(failed, tally);
     if (o->json) {
@@ -912,8 +939,11 @@ static int cmd_check(Options *o)
     if (o->json) { /* the grade report: one JSON object on stdout, messages still on stderr */
         o->verbose = 0;
         printf("{\"stage\": \"%s\", \"name\": \"%s\", \"variant\": \"%s\", \"device\": \"%s\", "
-               "\"reference_variant\": \"%s\", \"cases\": [",
-               impl->stage, impl->name, impl->variant, device_name(impl->device), reference_impl(impl)->variant);
+               "\"reference_variant\": \"%s\", \"precision\": \"%s\", \"tolerance\": {\"forward\": %g, "
+               "\"gradients\": %g}, \"cases\": [",
+               impl->stage, impl->name, impl->variant, device_name(impl->device), reference_impl(impl)->variant,
+               impl->precision == PRECISION_BF16 ? "bf16" : "float32", check_tolerance(impl->precision, 0),
+               check_tolerance(impl->precision, 1));
     }
     if (o->npositional > 1) {
         for (int i = 1; i < o->npositional; i++)
@@ -940,7 +970,7 @@ static int cmd_check(Options *o)
            impl_label(impl, label, sizeof label), tally.checked, tally.checked == 1 ? "" : "s", tally.passed,
            tally.checked - tally.passed);
     if (tally.skipped && !o->json)
-        printf("; %d golden case%s skipped (features or direction this run does not cover)", tally.skipped,
+        printf("; %d golden case%s skipped (features, head dims or direction this run does not cover)", tally.skipped,
                tally.skipped == 1 ? "" : "s");
     if (!o->json)
         printf("\n");
@@ -1136,6 +1166,12 @@ static int tour_row(const Options *o, const StageImpl *impl, const Case *c)
                impl->lesson);
         return 0;
     }
+    if (!runner_head_dims_ok(impl, &p)) {
+        char precision[48];
+        printf("n/a: case has d = %d, dv = %d; the stage runs %s  %s\n", p.d, p.dv,
+               precision_label(impl, precision, sizeof precision), impl->lesson);
+        return 0;
+    }
     FlError err = {{0}};
     Outputs x;
     RunStats stats;
@@ -1144,7 +1180,7 @@ static int tour_row(const Options *o, const StageImpl *impl, const Case *c)
     int rc = outputs_alloc(&p, &x, &err);
     if (rc == FL_OK)
         rc = runner_run(impl, dir, &p, &x.t, &ctx, &stats, &err);
-    int failed = rc == FL_OK ? compare_outputs(c, &x, 0, &max_err, NULL, NULL) : 0;
+    int failed = rc == FL_OK ? compare_outputs(c, &x, impl->precision, 0, &max_err, NULL, NULL) : 0;
     outputs_free(&x);
     AttnProblem fwd = problem_for(c, DIR_FWD);
     double ms_both = 0.0;
@@ -1184,7 +1220,7 @@ static int tour_mla_row(const StageImpl *impl, const Case *c, const RunCtx *ctx)
     int rc = mla_y_alloc(&c->mla, &y, &err);
     if (rc == FL_OK)
         rc = runner_run_mla(impl, &c->mla, y.data, ctx, &stats, &err);
-    int failed = rc == FL_OK ? compare_mla(c, &y, 0, &max_err, NULL) : 0;
+    int failed = rc == FL_OK ? compare_mla(c, &y, impl->precision, 0, &max_err, NULL) : 0;
     tensor_free(&y);
     if (rc == FL_OK)
         rc = runner_time_mla(impl, &c->mla, ctx, 1, TOUR_REPS, &ms, &err);
@@ -1764,20 +1800,26 @@ typedef struct {
 
 static const Command commands[] = {
     {"list", cmd_list, "flashlab list",
-     "Prints one row per registered implementation: stage, name, device, variant, the features it\n"
-     "supports and its one-line lesson; then whether a CUDA device is available.\n"},
+     "Prints one row per registered implementation: stage, name, device, variant, the precision it\n"
+     "computes in (float32, or bf16 for stage 12, with the head dims it runs: 'bf16 d=64,128' means\n"
+     "d = dv = 64 or 128 only), the features it supports and its one-line lesson; then whether a CUDA\n"
+     "device is available.\n"},
     {"check", cmd_check,
      "flashlab check STAGE [CASE_DIR...] [--device cpu|cuda] [--variant V] [--direction fwd|bwd]\n"
      "                     [--sram BYTES] [--block-r N] [--block-c N] [--threads N] [--splits N]\n"
      "                     [--ranks P] [--verbose] [--json]",
      "Runs STAGE (e.g. 3, 03 or 03_tiled) on case folders and compares every output with the case's\n"
      "expected .npy files: |out - ref| <= 1e-4 + 1e-4*|ref| for o and lse, 5e-4 for gradients; NaN/Inf\n"
-     "positions must match. Outputs are poisoned with NaN before each run. Prints a header per case, one\n"
+     "positions must match. Those are the float32 tolerances; stage 12 computes in bf16 (float32\n"
+     "accumulation) and is checked at 2^-5 (o, lse) and 2^-4 (gradients), derived in\n"
+     "docs/conventions.md. Outputs are poisoned with NaN before each run. Prints a header per case, one\n"
      "line per tensor (max abs error, max rel error, mismatches and the first mismatching indices), then\n"
      "a summary.\n"
      "\n"
      "Cases: the CASE_DIRs given, else every folder of the golden directory ($FLASHLAB_GOLDEN, default\n"
-     "golden/cases of the source tree) that holds q.npy and whose features the stage supports.\n"
+     "golden/cases of the source tree) that holds q.npy and whose features the stage supports (and, for\n"
+     "a stage that runs only some head dims, as stage 12 runs d = dv in {64, 128}, whose d and dv it\n"
+     "runs; a CASE_DIR it does not run exits 3).\n"
      "Stage 09 (MLA) runs the MLA cases instead (folders with ckv.npy, docs/conventions.md) and compares\n"
      "y.npy with the forward tolerance; the other stages skip MLA cases.\n"
      "Paged decode cases (folders with k_pages.npy, docs/conventions.md) need the paged feature (stage 11);\n"
@@ -1794,7 +1836,8 @@ static const Command commands[] = {
      "  --splits N          stage 11: split each sequence's keys into N chunks (default: its heuristic)\n"
      "  --ranks P           stage 13: run the ring over P ranks (CPU threads; default 1)\n"
      "  --verbose           case descriptions, HBM counts, and the golden cases skipped\n"
-     "  --json              a grade report instead of the text (one JSON object on stdout): per case\n"
+     "  --json              a grade report instead of the text (one JSON object on stdout): the stage's\n"
+     "                      precision and tolerances; per case\n"
      "                      its status (pass, fail, error), per tensor max abs / max rel error and the\n"
      "                      mismatch count, HBM bytes read and written beside those of the reference\n"
      "                      (the stage's default variant on the same device), and the time (median of\n"
@@ -1819,7 +1862,8 @@ static const Command commands[] = {
     {"tour", cmd_tour, "flashlab tour [--device cpu|cuda|all] [--sram BYTES] [--threads N]",
      "Runs every registered implementation, in ladder order, on the golden case golden/cases/tour and\n"
      "prints one table: stage, device (and variant), what was checked (fwd, or fwd+bwd where the stage\n"
-     "has a backward pass and the case has do.npy), pass/FAIL, the max abs error against the golden\n"
+     "has a backward pass and the case has do.npy), pass/FAIL (at the tolerance of the stage's\n"
+     "precision: float32, or bf16 for stage 12), the max abs error against the golden\n"
      "files, HBM bytes read and written and the extra memory of the forward pass, the median time of 5\n"
      "forward runs (after 1 warm-up, counting off), GFLOP/s (4*B*Hq*Tq*Tk*d), and the lesson.\n"
      "A stage that ran fwd+bwd gets a second line, 'bwd': HBM bytes and extra memory of the backward\n"

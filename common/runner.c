@@ -1,13 +1,15 @@
 /* runner.c — runs one stage implementation on one problem (CPU here; CUDA in cuda_runner.cu).
  *
- * The runner checks that the implementation supports what the problem asks for, allocates the
- * stage's workspace, points the HBM counter somewhere, and records what each pass counted. */
+ * The runner checks that the implementation supports what the problem asks for (features, head
+ * dims), makes the bf16 copies of the inputs for a bf16 stage, allocates the stage's workspace,
+ * points the HBM counter somewhere, and records what each pass counted. */
 #include "runner.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "case.h"
 #include "parallel.h"
 #include "tensor.h"
@@ -42,6 +44,73 @@ static int check_features(const StageImpl *impl, Direction dir, const AttnProble
     return fl_fail(err, FL_UNSUPPORTED, "stage %s (%s%s%s, %s) does not support %s", impl->stage,
                    impl->name, impl->variant[0] ? " " : "", impl->variant, device_name(impl->device),
                    list);
+}
+
+int runner_head_dims_ok(const StageImpl *impl, const AttnProblem *p)
+{
+    if (impl->head_dims[0] <= 0 && impl->head_dims[1] <= 0)
+        return 1;
+    if (p->d != p->dv)
+        return 0;
+    return p->d == impl->head_dims[0] || p->d == impl->head_dims[1];
+}
+
+/* FL_OK, or FL_UNSUPPORTED with "stage 12 (tensor_cores, cpu) runs head dims d = dv in {64, 128};
+ * this case has d = 24, dv = 40". */
+static int check_head_dims(const StageImpl *impl, const AttnProblem *p, FlError *err)
+{
+    if (runner_head_dims_ok(impl, p))
+        return FL_OK;
+    char dims[48];
+    if (impl->head_dims[0] > 0 && impl->head_dims[1] > 0 && impl->head_dims[0] != impl->head_dims[1])
+        snprintf(dims, sizeof dims, "{%d, %d}", impl->head_dims[0], impl->head_dims[1]);
+    else
+        snprintf(dims, sizeof dims, "{%d}", impl->head_dims[0] > 0 ? impl->head_dims[0] : impl->head_dims[1]);
+    return fl_fail(err, FL_UNSUPPORTED, "stage %s (%s%s%s, %s) runs head dims d = dv in %s; this case has "
+                   "d = %d, dv = %d", impl->stage, impl->name, impl->variant[0] ? " " : "", impl->variant,
+                   device_name(impl->device), dims, p->d, p->dv);
+}
+
+/* ---- bf16 inputs (a stage whose precision is PRECISION_BF16) ---------------------------------- */
+
+/* n bf16 patterns of x (round to nearest even, common/bf16.h); NULL when out of memory. */
+static uint16_t *host_bf16(const float *x, size_t n)
+{
+    uint16_t *y = malloc((n ? n : 1) * sizeof *y);
+    for (size_t i = 0; y && i < n; i++)
+        y[i] = bf16_from_float(x[i]);
+    return y;
+}
+
+static void bf16_inputs_free(AttnProblem *p)
+{
+    free((void *)p->q_bf16);
+    free((void *)p->k_bf16);
+    free((void *)p->v_bf16);
+    free((void *)p->dout_bf16);
+    p->q_bf16 = p->k_bf16 = p->v_bf16 = p->dout_bf16 = NULL;
+}
+
+/* *out = *p, with the bf16 copies of q, k, v (and of dout when with_dout) when impl computes in
+ * bf16; without them (NULL) otherwise. Free with bf16_inputs_free. */
+static int bf16_inputs(const StageImpl *impl, const AttnProblem *p, int with_dout, AttnProblem *out,
+                       FlError *err)
+{
+    *out = *p;
+    out->q_bf16 = out->k_bf16 = out->v_bf16 = out->dout_bf16 = NULL;
+    if (impl->precision != PRECISION_BF16)
+        return FL_OK;
+    const size_t rows = (size_t)p->B * p->Hq * p->Tq;
+    const int dout = with_dout && p->dout;
+    out->q_bf16 = host_bf16(p->q, rows * p->d);
+    out->k_bf16 = host_bf16(p->k, attn_k_numel(p));
+    out->v_bf16 = host_bf16(p->v, attn_v_numel(p));
+    out->dout_bf16 = dout ? host_bf16(p->dout, rows * p->dv) : NULL;
+    if (out->q_bf16 && out->k_bf16 && out->v_bf16 && (!dout || out->dout_bf16))
+        return FL_OK;
+    bf16_inputs_free(out);
+    return fl_fail(err, FL_BAD_INPUT, "stage %s (%s): out of memory for the bf16 copies of the inputs",
+                   impl->stage, impl->name);
 }
 
 static size_t workspace_size(const StageImpl *impl, const AttnProblem *p, const RunCtx *ctx,
@@ -117,6 +186,18 @@ static int check_kind(const StageImpl *impl, int mla, FlError *err)
                    "not q/k/v attention cases", impl->stage, impl->name, device_name(impl->device));
 }
 
+/* What runner_run and runner_time check before anything runs: the kind of problem, the features
+ * and the head dims. */
+static int check_attention(const StageImpl *impl, Direction dir, const AttnProblem *p, FlError *err)
+{
+    int rc = check_kind(impl, 0, err);
+    if (rc == FL_OK)
+        rc = check_features(impl, dir, p, err);
+    if (rc == FL_OK)
+        rc = check_head_dims(impl, p, err);
+    return rc;
+}
+
 int runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnTensors *t,
                const RunCtx *opts, RunStats *stats, FlError *err)
 {
@@ -124,19 +205,23 @@ int runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnT
     if (!stats)
         stats = &local;
     memset(stats, 0, sizeof *stats);
-    int rc = check_kind(impl, 0, err);
-    if (rc == FL_OK)
-        rc = check_features(impl, dir, p, err);
+    int rc = check_attention(impl, dir, p, err);
     if (rc != FL_OK)
         return rc;
     if (impl->device == DEVICE_CUDA)
         return cuda_runner_run(impl, dir, p, t, opts, stats, err);
 
     RunCtx ctx = ctx_with_defaults(opts);
-    rc = run_pass(impl, DIR_FWD, p, t, &ctx, &stats->fwd, &stats->extra_bytes_fwd, err);
-    if (rc != FL_OK || dir != DIR_BWD || !p->dout || !impl->backward)
+    const int backward = dir == DIR_BWD && p->dout && impl->backward;
+    AttnProblem run; /* p, with bf16 copies of the inputs for a bf16 stage */
+    rc = bf16_inputs(impl, p, backward, &run, err);
+    if (rc != FL_OK)
         return rc;
-    return run_pass(impl, DIR_BWD, p, t, &ctx, &stats->bwd, &stats->extra_bytes_bwd, err);
+    rc = run_pass(impl, DIR_FWD, &run, t, &ctx, &stats->fwd, &stats->extra_bytes_fwd, err);
+    if (rc == FL_OK && backward)
+        rc = run_pass(impl, DIR_BWD, &run, t, &ctx, &stats->bwd, &stats->extra_bytes_bwd, err);
+    bf16_inputs_free(&run);
+    return rc;
 }
 
 /* ---- timing --------------------------------------------------------------------------------- */
@@ -232,11 +317,18 @@ static int time_cpu(const StageImpl *impl, Direction dir, const AttnProblem *p, 
         return rc;
     RunCtx ctx = ctx_with_defaults(opts);
     ctx.rank_counters = NULL; /* counting off while timing */
-    rc = workspace_alloc(impl, timed_workspace_size(impl, p, &ctx, dir), &ctx.workspace, err);
-    AttnCall call = {impl, dir, p, &t, &ctx};
+    AttnProblem run; /* bf16 copies made once, before the clock starts */
+    rc = bf16_inputs(impl, p, dir == DIR_BWD, &run, err);
+    if (rc != FL_OK) {
+        free_outputs(out);
+        return rc;
+    }
+    rc = workspace_alloc(impl, timed_workspace_size(impl, &run, &ctx, dir), &ctx.workspace, err);
+    AttnCall call = {impl, dir, &run, &t, &ctx};
     if (rc == FL_OK)
         rc = time_calls(attn_call, &call, warmup, reps, median, err);
     free(ctx.workspace);
+    bf16_inputs_free(&run);
     free_outputs(out);
     return rc;
 }
@@ -250,9 +342,7 @@ int runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, cons
     if (dir == DIR_BWD && (!p->dout || !impl->backward))
         return fl_fail(err, FL_BAD_INPUT, "stage %s (%s): timing the backward pass needs dO and a backward",
                        impl->stage, impl->name);
-    int rc = check_kind(impl, 0, err);
-    if (rc == FL_OK)
-        rc = check_features(impl, dir, p, err);
+    int rc = check_attention(impl, dir, p, err);
     if (rc != FL_OK)
         return rc;
     if (impl->device == DEVICE_CUDA)

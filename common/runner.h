@@ -21,13 +21,22 @@ typedef struct {
 /* Features p asks for in direction dir (a forward run ignores dout) that impl lacks; 0 = it can run. */
 unsigned runner_missing_features(const StageImpl *impl, Direction dir, const AttnProblem *p);
 
+/* Whether impl runs p's head dims: always for a stage with head_dims {0, 0}; otherwise only
+ * d == dv with d one of impl->head_dims (stage 12: 64 or 128). runner_run and runner_time refuse
+ * the others with FL_UNSUPPORTED and one line naming the dims the stage runs. */
+int runner_head_dims_ok(const StageImpl *impl, const AttnProblem *p);
+
 /* opts (may be NULL) with unset fields defaulted: sram_bytes = FLASHLAB_DEFAULT_SRAM_BYTES,
  * threads = default_thread_count(). The counters and workspace are left as they are. */
 RunCtx runner_ctx_defaults(const RunCtx *opts);
 
 /* Runs the forward pass, and the backward pass when p->dout is non-NULL and dir == DIR_BWD.
- * Returns FL_OK, FL_UNSUPPORTED (message names the stage that adds the missing feature),
- * FL_NO_DEVICE, or the stage's error. ctx->hbm / hbm_dev are managed by the runner. */
+ * Returns FL_OK, FL_UNSUPPORTED (message names the stage that adds the missing feature, or the
+ * head dims the stage runs), FL_NO_DEVICE, or the stage's error. ctx->hbm / hbm_dev are managed by
+ * the runner. For a stage whose precision is PRECISION_BF16 the runner hands it p with q_bf16,
+ * k_bf16, v_bf16 (and dout_bf16 when the backward pass runs) set: bf16_from_float of the float32
+ * inputs (common/bf16.h), made before the forward pass, in the stage's memory (host or device), not
+ * counted, freed with the run. */
 int runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnTensors *t,
                const RunCtx *opts, RunStats *stats, FlError *err);
 
@@ -35,7 +44,8 @@ int runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnT
  * forward pass; DIR_BWD times forward + backward together (each run: the forward pass, then the
  * backward pass reading that forward's o and lse), as the FlashAttention benchmarks report it.
  * CPU: timer.h clock. CUDA: CUDA events around both passes, inputs already on the device, copies
- * not timed. One workspace, the larger of the two passes', serves both. */
+ * not timed. One workspace, the larger of the two passes', serves both. A bf16 stage's inputs are
+ * converted once, before the first run: the timed runs read bf16 directly. */
 int runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *opts,
                 int warmup, int reps, double *median, FlError *err);
 

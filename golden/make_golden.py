@@ -251,6 +251,26 @@ CASES = [
     case("gqa3_window_sinks_d24_dv40_fwd", 415, B=1, Hq=3, Hkv=1, Tq=31, d=24, dv=40, window=10,
          sink_tokens=2, sinks=True, bwd=False,
          description="MQA + window + sink tokens + learned sinks, d=24 != dv=40, forward only"),
+    # --- bf16 on tensor cores (stage 12): head dims d = dv in {64, 128} ------------------------
+    # Stage 12 runs only these head dims, so it needs cases of its own; the float32 stages run
+    # them too. Tiles of the stage-12 kernels: 128 query rows forward, 64 backward, 64 keys.
+    case("tc_t1000_d64_causal", 1201, B=1, Hq=1, Tq=1000, d=64, causal=True,
+         description="tensor cores: causal, T=1000 (16 key tiles, the last one short), d=64"),
+    case("tc_gqa2_t37_d64", 1202, B=1, Hq=4, Hkv=2, Tq=37, d=64,
+         description="tensor cores: GQA 2 (Hq=4, Hkv=2), T=37 (one short tile), d=64, non-causal"),
+    case("tc_t37_d128_causal", 1203, B=1, Hq=1, Tq=37, d=128, causal=True,
+         description="tensor cores: causal, T=37, d=128"),
+    case("tc_mqa4_d128_causal_tq19_tk77", 1204, B=1, Hq=4, Hkv=1, Tq=19, Tk=77, d=128, causal=True,
+         description="tensor cores: MQA with 4 query heads, causal, Tq=19 < Tk=77 (two key tiles), "
+                     "d=128"),
+    case("tc_mqa2_d64_causal_tq150_tk20", 1205, B=1, Hq=2, Hkv=1, Tq=150, Tk=20, d=64, causal=True,
+         description="tensor cores: MQA with 2 query heads, causal, Tq=150 > Tk=20: the first 130 "
+                     "rows of each head see no key (a whole forward block of 128 rows and two "
+                     "backward tiles of 64)"),
+    case("tc_d128_tq45_tk21_fwd", 1206, B=1, Hq=1, Tq=45, Tk=21, d=128, bwd=False,
+         description="tensor cores: non-causal, Tq=45 > Tk=21, d=128, forward only"),
+    case("tc_gqa2_b2_t1_d128_causal", 1207, B=2, Hq=4, Hkv=2, Tq=1, d=128, causal=True,
+         description="tensor cores: GQA 2, B=2, causal, T=1, d=128"),
     # --- the tour case (flashlab tour) ----------------------------------------------------------
     case("tour", 1, B=1, Hq=4, Tq=512, d=64,
          description="the tour: plain MHA, B=1, H=4, T=512, d=64, with dO"),

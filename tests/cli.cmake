@@ -106,3 +106,14 @@ if(FLASHLAB_PYTHON)
                    ${cli_golden} ${cli_work}/grade_json)
   set_tests_properties(cli_grade_json PROPERTIES LABELS "cli;cpu")
 endif()
+
+# Stage 12 computes in bf16 and runs only head dims d = dv in {64, 128}: `list` shows it; a named
+# case with other head dims exits 3 naming the dims; bench reports such a row without failing;
+# the grade report names the precision and its tolerances.
+cli_test(list_precision 0 "tensor_cores +cpu +- +bf16 d=64,128" list)
+cli_test(head_dims_unsupported 3 "stage 12 \\(tensor_cores, cpu\\) runs head dims d = dv in \\{64, 128\\}; this case has d = 80, dv = 80"
+         check 12 ${cli_golden}/causal_t37_d80)
+cli_test(bench_head_dims 0 "runs head dims d = dv in \\{64, 128\\}; this case has d = 32" bench --stages 12 --T 16
+         --d 32,64 --H 1 --reps 1)
+cli_test(grade_json_bf16 0 "\"precision\": \"bf16\", \"tolerance\": \\{\"forward\": 0.03125, \"gradients\": 0.0625\\}"
+         check 12 ${cli_golden}/tc_t37_d128_causal --json)

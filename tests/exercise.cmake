@@ -29,12 +29,20 @@ foreach(var CMAKE_C_COMPILER CMAKE_CUDA_COMPILER CMAKE_PREFIX_PATH BLAS_LIBRARIE
   endif()
 endforeach()
 
+# Stages without an exercise yet: stage 12 (tensor cores) is not a copy of one earlier stage's
+# files, so TODO blocks made from a diff against stage 11's would be meaningless, and its files
+# have no exercise markers yet. `cli_exercise` passes it over too.
+set(exercise_none 12)
+
 if(NOT FLASHLAB_SANITIZE)
   file(GLOB exercise_stage_dirs LIST_DIRECTORIES true ${PROJECT_SOURCE_DIR}/stages/[0-9][0-9]_*)
   list(SORT exercise_stage_dirs)
   foreach(dir ${exercise_stage_dirs})
     get_filename_component(folder ${dir} NAME)
     string(SUBSTRING ${folder} 0 2 number)
+    if(number IN_LIST exercise_none)
+      continue()
+    endif()
     file(GLOB c_files ${dir}/*.c)
     file(GLOB cu_files ${dir}/*.cu)
     if(c_files)

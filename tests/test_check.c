@@ -199,6 +199,27 @@ static void test_shape_mismatch(void)
     tensor_free(&want);
 }
 
+/* The tolerance follows the precision: float32's are DESIGN §7's, unchanged; bf16's are
+ * docs/conventions.md's 8u and 16u (u = 2^-8). A bf16-sized error fails float32 and passes bf16. */
+static void test_tolerance_per_precision(void)
+{
+    EXPECT(check_tolerance(PRECISION_F32, 0) == 1e-4 && check_tolerance(PRECISION_F32, 1) == 5e-4);
+    EXPECT(check_tolerance(PRECISION_BF16, 0) == 8.0 / 256 && check_tolerance(PRECISION_BF16, 1) == 16.0 / 256);
+    Tensor want, got;
+    make_reference(&want);
+    copy_tensor(&got, &want);
+    got.data[at(1, 2, 3, 4)] += 0.01f; /* about 2.5u of bf16 */
+    CheckResult r;
+    double tol = check_tolerance(PRECISION_F32, 0);
+    EXPECT(check_tensor(&got, &want, tol, tol, &r) == 0 && r.mismatches == 1);
+    tol = check_tolerance(PRECISION_BF16, 0);
+    EXPECT(check_tensor(&got, &want, tol, tol, &r) == 0 && r.mismatches == 0);
+    got.data[at(1, 2, 3, 4)] = want.data[at(1, 2, 3, 4)] + 0.1f; /* a bug's size, not rounding's */
+    EXPECT(check_tensor(&got, &want, tol, tol, &r) == 0 && r.mismatches == 1);
+    tensor_free(&want);
+    tensor_free(&got);
+}
+
 int main(void)
 {
     test_exact_match();
@@ -207,5 +228,6 @@ int main(void)
     test_special_values();
     test_tolerance_boundary();
     test_shape_mismatch();
+    test_tolerance_per_precision();
     return test_exit_code("test_check");
 }

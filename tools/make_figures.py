@@ -16,7 +16,8 @@ T and d, forward and forward + backward (and causal, when the run has it), from 
 of tools/gpu-check.sh: bench.json (or its parts bench_*.json) and sdpa_*.json.
 
 Needs Python with NumPy and matplotlib. Stage 09 (MLA) is left out: its bench times an MLA step on
-its own inputs, not an attention problem of the tour's shape.
+its own inputs, not an attention problem of the tour's shape. So is stage 12's CPU side: it is the
+reference of the bf16 tensor-core kernels, counting their 2-byte inputs, in a float32 figure.
 """
 import argparse
 import glob
@@ -105,14 +106,14 @@ FEATURE_FLAGS = {"07": ["--causal"], "08": ["--Hkv", "1"], "10": ["--window", st
 
 
 def cpu_stages(flashlab):
-    """The CPU stages of this build, in ladder order (`flashlab list`), without 09 (MLA)."""
+    """The CPU stages of this build, in ladder order (`flashlab list`), without 09 (MLA) and 12 (bf16)."""
     run = subprocess.run([flashlab, "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
     if run.returncode != 0:
         sys.exit("make_figures.py: `%s list` exited %d: %s" % (flashlab, run.returncode, run.stderr.strip()))
     stages = set()
     for line in run.stdout.splitlines():
         f = line.split()
-        if len(f) >= 3 and f[0].isdigit() and f[2] == "cpu" and f[0] != "09":
+        if len(f) >= 3 and f[0].isdigit() and f[2] == "cpu" and f[0] not in ("09", "12"):
             stages.add(f[0])
     return sorted(stages)
 

@@ -321,13 +321,13 @@ static int absorbed_forward(const MlaProblem *p, float *y, RunCtx *ctx, FlError 
 static const StageImpl mla_cpu_absorbed = {
     "09", "mla", "", DEVICE_CPU,
     "MLA, absorbed: W_uk folded into the query, W_uv into the output; MQA straight over the latent cache",
-    FEAT_MLA, NULL, NULL, NULL, absorbed_forward, absorbed_workspace_bytes,
+    FEAT_MLA, NULL, NULL, NULL, absorbed_forward, absorbed_workspace_bytes, PRECISION_F32, {0, 0},
 };
 
 static const StageImpl mla_cpu_naive = {
     "09", "mla", "naive", DEVICE_CPU,
     "MLA, naive: the latent cache up-projected to per-head K and V every step, then stage 08 attention",
-    FEAT_MLA, NULL, NULL, NULL, naive_forward, naive_workspace_bytes,
+    FEAT_MLA, NULL, NULL, NULL, naive_forward, naive_workspace_bytes, PRECISION_F32, {0, 0},
 };
 
 const StageImpl *const stage09_mla_cpu[] = {&mla_cpu_absorbed, &mla_cpu_naive, NULL};
