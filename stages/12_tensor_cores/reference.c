@@ -194,10 +194,12 @@ static void fwd_row_tile(const AttnProblem *p, const FwdTiles *t, int r, int i, 
     }
     t->l[r] = alpha * t->l[r] + row_sum;
     // O = alpha O + bf16(P) V16   (dv), the sum over the tile's keys in float32
+    /* exercise: begin — O = alpha O + bf16(P) V16: rescale, then add the tile's keys with P rounded to bf16 | stub: (void)add_scaled; */
     for (int c = 0; c < dv; c++)
         O[c] *= alpha;
     for (int j = 0; j < n; j++)
         add_scaled(O, bf16_round(s[j]), t->V + (size_t)j * dv, dv);
+    /* exercise: end */
     t->m[r] = m_new;
 }
 
@@ -351,8 +353,10 @@ static void bwd_tile(const AttnProblem *p, AttnTensors *out, const float *D, con
         // dP = dO16 V16^T, then dS = P ∘ (dP - D) with the unrounded P
         row_times_tile(dS, t->dO + (size_t)r * dv, t->Vt, dv, n);
         const float Di = TC_PLANTED_BUG == 2 ? 0.0f : D[row0 + r];
+        /* exercise: begin — dS = P ∘ (dP - D), row r (dS holds dP here) | stub: (void)Di; */
         for (int j = 0; j < n; j++)
             dS[j] = P[j] * (dS[j] - Di);
+        /* exercise: end */
     }
     // dV_j += bf16(P)^T dO16_i   (n, dv);   dK_j += bf16(dS)^T Q16_i   (n, d)
     for (int r = 0; r < rows; r++)

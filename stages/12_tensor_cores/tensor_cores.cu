@@ -186,11 +186,13 @@ __global__ void __launch_bounds__(FwdTile<D>::NT) tc_forward_kernel(TcArgs a)
                 }
             l[rr] = l[rr] * alpha + rowsum; // P summed in float32, before rounding
             m[rr] = m_new;
+            /* exercise: begin — rescale this lane's row rr of Õ by alpha */
 #pragma unroll
             for (int n = 0; n < T::NO; n++) {
                 o[n][2 * rr] *= alpha;
                 o[n][2 * rr + 1] *= alpha;
             }
+            /* exercise: end */
         }
 
         // O += P V_j   (16, D): P leaves the S accumulators as bf16 A fragments (a_from_c)
@@ -414,7 +416,9 @@ __global__ void __launch_bounds__(BwdTile<D>::NT) tc_backward_kernel(TcArgs a)
                     if (masked && hidden(a, q0 + c, key[e >> 1]))
                         p = 0.0f;
                     s[n][e] = p;
+                    /* exercise: begin — dS^T = P^T ∘ (dP^T - D) for element e of tile n | stub: dp[n][e] = 0.0f; */
                     dp[n][e] = p * (dp[n][e] - Di[c]);
+                    /* exercise: end */
                 }
 
             // dV_j += P^T dO_i and dK_j += dS^T Q_i   (16, D): P^T and dS^T as bf16 A fragments
