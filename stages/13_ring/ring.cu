@@ -617,7 +617,8 @@ template <class T> __global__ void __launch_bounds__(T::NT, T::MINB) step_backwa
 template <int D> using BwdConfig = BwdTile<D, 64, 64, 256, 1>;
 #define RING_BWD_BLOCK_C 64
 
-template <class T> int step_backward_launch(const BwdStep &a, int heads, int key_tiles, cudaStream_t stream, FlError *err)
+template <class T>
+int step_backward_launch(const BwdStep &a, int heads, int key_tiles, cudaStream_t stream, FlError *err)
 {
     static_assert(T::BC == RING_BWD_BLOCK_C, "the host sizes the grid with RING_BWD_BLOCK_C");
     const dim3 grid((unsigned)heads, (unsigned)key_tiles);
@@ -1321,8 +1322,9 @@ int copy_rows(void *dst, int ddev, size_t dpitch, const void *src, int sdev, siz
     if (width == 0 || height == 0)
         return FL_OK;
     if (ddev == sdev)
-        return fl_cuda_status(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDeviceToDevice, stream),
-                              "copying a rank's share", err);
+        return fl_cuda_status(
+            cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDeviceToDevice, stream),
+            "copying a rank's share", err);
     cudaMemcpy3DPeerParms c;
     memset(&c, 0, sizeof c);
     c.srcPtr = make_cudaPitchedPtr(const_cast<void *>(src), spitch, width, height);

@@ -438,8 +438,8 @@ int run_case(const StageImpl *impl, const Options &o, ncclComm_t comm, const Cas
     if (rc == FL_OK)
         rc = run_pass(impl, &s, o, comm, false, nullptr, err);
     if (rc == FL_OK) {
-        printf("rank %d: %s (%s): B=%d Hq=%d Hkv=%d Tq=%d Tk=%d d=%d dv=%d%s\n", o.rank, c.name, bwd ? "fwd+bwd" : "fwd",
-               w.B, w.Hq, w.Hkv, w.Tq, w.Tk, w.d, w.dv, w.causal ? " causal" : "");
+        printf("rank %d: %s (%s): B=%d Hq=%d Hkv=%d Tq=%d Tk=%d d=%d dv=%d%s\n", o.rank, c.name,
+               bwd ? "fwd+bwd" : "fwd", w.B, w.Hq, w.Hkv, w.Tq, w.Tk, w.d, w.dv, w.causal ? " causal" : "");
         int failed = 0;
         failed += compare_share("o", s.t.o, c.expected[OUT_O].data, x.q, w.B, w.Hq, (size_t)w.Tq, (size_t)w.dv,
                                 CHECK_TOL_FWD, o.rank);
@@ -604,7 +604,8 @@ int run_seeded(const StageImpl *impl, const Options &o, ncclComm_t comm, int dev
     cudaEvent_t start = nullptr, stop = nullptr;
     float *scratch = nullptr;
     const int n = o.warmup + o.reps;
-    double *ms = (double *)calloc((size_t)n + 1, sizeof(double)), *compute = (double *)calloc((size_t)n + 1, sizeof(double));
+    double *ms = (double *)calloc((size_t)n + 1, sizeof(double));
+    double *compute = (double *)calloc((size_t)n + 1, sizeof(double));
     double *link = (double *)calloc((size_t)n + 1, sizeof(double));
     RankCounter *counters = (RankCounter *)calloc((size_t)o.ranks, sizeof(RankCounter));
     RankCounter counted;
