@@ -86,6 +86,8 @@ typedef enum { DEVICE_CPU = 0, DEVICE_CUDA = 1 } Device;
 typedef struct {
     HbmCounter hbm;
     uint64_t link_sent, link_received;
+    double compute_ms; /* GPU ranks: how long the rank's compute stream ran kernels (CUDA events
+                          around the prologue and each step), summed; 0 on the CPU */
 } RankCounter;
 
 /* Everything about one run that is not the problem itself. */
@@ -101,6 +103,13 @@ typedef struct {
     int ranks;           /* stage 13: ranks P of the ring (0 = 1) */
     RankCounter *rank_counters; /* stage 13: `ranks` entries it adds its counts to (the caller
                                    zeroes them; a forward + backward run adds both passes), or NULL */
+    void *comm;          /* stage 13 on GPUs, one process per GPU (launch mode B): this process is
+                            rank `rank` of `ranks` in this NCCL communicator (an ncclComm_t), on the
+                            current CUDA device, and every pointer of the problem and the outputs
+                            is that rank's share (stages/13_ring/split.h); it counts into
+                            rank_counters[rank]. NULL: one process drives all the ranks, each on
+                            its own GPU, the problem whole on the current device (launch mode A) */
+    int rank;            /* with comm: this process's rank */
     void *workspace;     /* scratch of StageImpl.workspace_bytes(...) bytes, allocated by the runner
                             (host memory for CPU, device memory for CUDA); NULL when 0 bytes */
 } RunCtx;

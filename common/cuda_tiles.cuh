@@ -207,6 +207,30 @@ __device__ __forceinline__ void store_row(float *row, const float4 (&x)[OQ], flo
     }
 }
 
+// Row r of an output tile blended into the row already in HBM: row = keep * row + scale * x (float4
+// columns 4(CG q + cg) of x in registers); columns past n are not touched. Each thread reads and
+// writes only its own columns. `vec`: 16-byte accesses allowed (n % 4 == 0, aligned).
+template <int OQ, int CG>
+__device__ __forceinline__ void blend_row(float *row, const float4 (&x)[OQ], float scale, float keep, int n,
+                                          bool vec, int cg)
+{
+#pragma unroll
+    for (int q = 0; q < OQ; q++) {
+        const int c = 4 * (CG * q + cg);
+        if (vec && c + 4 <= n) {
+            const float4 old = *reinterpret_cast<const float4 *>(row + c);
+            *reinterpret_cast<float4 *>(row + c) =
+                make_float4(fmaf(keep, old.x, scale * x[q].x), fmaf(keep, old.y, scale * x[q].y),
+                            fmaf(keep, old.z, scale * x[q].z), fmaf(keep, old.w, scale * x[q].w));
+        } else {
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                if (c + u < n)
+                    row[c + u] = fmaf(keep, row[c + u], scale * lane4(x[q], u));
+        }
+    }
+}
+
 // Adds row r of a tile (float4 columns 4(CG q + cg) in registers, times `scale`) into HBM with
 // float32 atomics; columns past n are skipped. `vec`: the row is 16-byte aligned and n % 4 == 0,
 // so sm_90 can add four floats in one vector atomic; older GPUs add them one by one.

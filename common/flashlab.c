@@ -1499,7 +1499,8 @@ static int bench_one(const Options *o, const StageImpl *impl, int T, int d, Benc
     Outputs x;
     RunStats stats;
     RunCtx ctx = run_ctx(o);
-    RankCounter ranks[64] = {{{0, 0}, 0, 0}}; /* stage 13's link bytes (--ranks is at most 64) */
+    RankCounter ranks[64];                       /* stage 13's link bytes (--ranks is at most 64) */
+    memset(ranks, 0, sizeof ranks);
     ctx.rank_counters = ctx.ranks > 0 ? ranks : NULL;
     int rc = outputs_alloc(&row->p, &x, err);
     if (rc == FL_OK)
@@ -1834,7 +1835,8 @@ static const Command commands[] = {
      "  --block-r/-c N      tile sizes Br, Bc (default: derived from M and d)\n"
      "  --threads N         CPU worker threads (default: all cores)\n"
      "  --splits N          stage 11: split each sequence's keys into N chunks (default: its heuristic)\n"
-     "  --ranks P           stage 13: run the ring over P ranks (CPU threads; default 1)\n"
+     "  --ranks P           stage 13: run the ring over P ranks (CPU threads; with --device cuda one GPU\n"
+     "                      each, 77 with fewer GPUs; default 1)\n"
      "  --verbose           case descriptions, HBM counts, and the golden cases skipped\n"
      "  --json              a grade report instead of the text (one JSON object on stdout): the stage's\n"
      "                      precision and tolerances; per case\n"

@@ -22,7 +22,7 @@ endif()
 # that they configure wherever this one did (e.g. with the dependencies unpacked off the system).
 set(exercise_found "")
 foreach(var CMAKE_C_COMPILER CMAKE_CUDA_COMPILER CMAKE_PREFIX_PATH BLAS_LIBRARIES CBLAS_INCLUDE_DIR
-            CJSON_INCLUDE_DIR CJSON_LIBRARIES CMAKE_DISABLE_FIND_PACKAGE_cJSON)
+            CJSON_INCLUDE_DIR CJSON_LIBRARIES CMAKE_DISABLE_FIND_PACKAGE_cJSON NCCL_INCLUDE_DIR NCCL_LIBRARY)
   if(DEFINED ${var} AND NOT "${${var}}" STREQUAL "")
     string(REPLACE ";" "$<SEMICOLON>" value "${${var}}")
     list(APPEND exercise_found "-D${var}=${value}")
@@ -51,7 +51,8 @@ if(NOT FLASHLAB_SANITIZE)
       set_tests_properties(stage${folder}_exercise_cpu PROPERTIES LABELS "exercise;stage${number};cpu"
                            RESOURCE_LOCK exercise_scratch_cpu)
     endif()
-    if(cu_files AND FLASHLAB_HAVE_CUDA)
+    get_property(no_cuda GLOBAL PROPERTY FLASHLAB_NO_CUDA_${number})
+    if(cu_files AND FLASHLAB_HAVE_CUDA AND NOT no_cuda)
       add_test(NAME stage${folder}_exercise_cuda
                COMMAND ${exercise_script} $<TARGET_FILE:flashlab> ${PROJECT_SOURCE_DIR}
                        ${exercise_scratch}/cuda ${number} cuda

@@ -1,10 +1,13 @@
-/* test_hbm_model_13.c — stage 13 (ring attention on P CPU ranks): for P = 1, 2, 3, 4, every rank's
- * HBM bytes and link bytes (sent and received), forward and backward, equal the closed forms of
- * docs/hbm_model.md ("Stage 13"), and o, lse, dq, dk, dv match the float64 reference; on causal,
- * GQA, Tq != Tk, d != dv shapes, T not divisible by 2P, and a sequence shorter than 2P rows, at
- * two SRAM sizes.
+/* test_hbm_model_13.c — stage 13 (ring attention on P ranks): every rank's HBM bytes and link bytes
+ * (sent and received), forward and backward, equal the closed forms of docs/hbm_model.md ("Stage
+ * 13" for CPU ranks, "Stage 13 on GPUs" for GPU ranks), and o, lse, dq, dk, dv match the float64
+ * reference; on causal, GQA, Tq != Tk, d != dv shapes, T not divisible by 2P, and a sequence
+ * shorter than 2P rows.
  *
- * Usage: test_hbm_model_13 cpu (the stage has no CUDA side yet: `cuda` exits 77 with a message).
+ * Usage: test_hbm_model_13 cpu            P = 1, 2, 3, 4 CPU ranks, at two SRAM sizes
+ *        test_hbm_model_13 cuda [P ...]   GPU ranks (launch mode A, one GPU each; default P = 1):
+ *                                         a P with more ranks than GPUs is skipped, and with none
+ *                                         left to run the test exits 77
  * The expected numbers are computed here from the doc's rules (chunks, which pairs and tiles are
  * visited, what each moves), not taken from the stage. */
 #include <stdint.h>
@@ -171,6 +174,111 @@ static void tiles(const AttnProblem *p, size_t M, Direction dir, uint64_t *Br, u
     }
 }
 
+/* ---- docs/hbm_model.md, stage 13 on GPUs (ring.cu), written out again -------------------------------- */
+
+/* ring.cu's tiles: the forward's query tiles of 128 packed rows, the backward's 64 x 64. */
+enum { GPU_FWD_BR = 128, GPU_BWD_BR = 64, GPU_BWD_BC = 64 };
+
+/* Of key chunk [kl, kl + m), how many keys packed row `row` of query chunk [ql, ql + n) sees (a
+ * prefix): the row is local row row % n of its head, at position ql + row % n + Tk - Tq. */
+static uint64_t pair_seen(const AttnProblem *p, uint64_t ql, uint64_t n, uint64_t kl, uint64_t m, uint64_t row)
+{
+    if (!p->causal)
+        return m;
+    const long e = (long)(ql + row % n) + p->Tk - p->Tq + 1 - (long)kl;
+    return e <= 0 ? 0 : umin((uint64_t)e, m);
+}
+
+/* Rank r, one pass, GPU rules: every kv head alike (times B Hkv); a query chunk's rows are the GQA
+ * group's packed rows (group x chunk rows). Forward, per step and query tile of 128 packed rows:
+ * when it sees E > 0 keys of the held shard (per key chunk, what its furthest row sees): Q, those
+ * K/V rows, and one merge (o, lse read and written). Backward, per step, kv head and key tile of 64
+ * of each key chunk: this step's dK, dV written whole; the tile's keys up to what the last row of
+ * the rank's query chunks sees read as K, V; per query tile of 64 packed rows with a row that sees
+ * the tile's first key, Q, dO, lse, D and dQ read, dQ written; then the fold (dkv_step, and from the
+ * second step on the gradients that came, read; the sum written). Link bytes: as on the CPU. */
+static RankBytes gpu_model(const AttnProblem *p, int P, int r, Direction dir)
+{
+    const uint64_t d = p->d, dv = p->dv, group = (uint64_t)(p->Hq / p->Hkv), G = (uint64_t)p->B * p->Hkv;
+    const uint64_t q_own = own_rows((uint64_t)p->Tq, P, r) * (uint64_t)p->B * p->Hq;
+    uint64_t ql[2], qn[2];
+    for (int w = 0; w < 2; w++) {
+        ql[w] = lo_of((uint64_t)p->Tq, P, chunk_of(P, r, w));
+        qn[w] = lo_of((uint64_t)p->Tq, P, chunk_of(P, r, w) + 1) - ql[w];
+    }
+    RankBytes e = {0, 0, 0, 0};
+    if (dir == DIR_FWD) {
+        e.written += 4 * q_own * (dv + 1);
+    } else {
+        e.read += 4 * q_own * 2 * dv;
+        e.written += 4 * q_own * (1 + d);
+    }
+    for (int s = 0; s < P; s++) {
+        const int o = ((r - s) % P + P) % P;
+        uint64_t kl[2], km[2];
+        for (int kw = 0; kw < 2; kw++) {
+            kl[kw] = lo_of((uint64_t)p->Tk, P, chunk_of(P, o, kw));
+            km[kw] = lo_of((uint64_t)p->Tk, P, chunk_of(P, o, kw) + 1) - kl[kw];
+        }
+        RankBytes h = {0, 0, 0, 0}; /* one kv head */
+        for (int w = 0; w < 2 && dir == DIR_FWD; w++)
+            for (uint64_t p0 = 0; p0 < group * qn[w]; p0 += GPU_FWD_BR) {
+                const uint64_t rows = umin(GPU_FWD_BR, group * qn[w] - p0);
+                uint64_t E = 0;
+                for (int kw = 0; kw < 2; kw++) {
+                    uint64_t most = 0;
+                    for (uint64_t row = p0; row < p0 + rows && km[kw] > 0; row++)
+                        most = umax(most, pair_seen(p, ql[w], qn[w], kl[kw], km[kw], row));
+                    E += most;
+                }
+                if (E > 0) {
+                    h.read += 4 * (rows * d + E * (d + dv) + rows * (dv + 1));
+                    h.written += 4 * rows * (dv + 1);
+                }
+            }
+        for (int kw = 0; kw < 2 && dir == DIR_BWD; kw++) {
+            uint64_t key_end = 0;
+            for (int w = 0; w < 2; w++)
+                if (qn[w] > 0)
+                    key_end = umax(key_end, pair_seen(p, ql[w], qn[w], kl[kw], km[kw], group * qn[w] - 1));
+            for (uint64_t j0 = 0; j0 < km[kw]; j0 += GPU_BWD_BC) {
+                const uint64_t n = umin(GPU_BWD_BC, km[kw] - j0);
+                const uint64_t loaded = key_end > j0 ? umin(n, key_end - j0) : 0;
+                h.written += 4 * n * (d + dv);
+                if (loaded == 0)
+                    continue;
+                h.read += 4 * loaded * (d + dv);
+                for (int w = 0; w < 2; w++)
+                    for (uint64_t p0 = 0; p0 < group * qn[w]; p0 += GPU_BWD_BR) {
+                        const uint64_t rows = umin(GPU_BWD_BR, group * qn[w] - p0);
+                        int reaches = 0;
+                        for (uint64_t row = p0; row < p0 + rows && !reaches; row++)
+                            reaches = pair_seen(p, ql[w], qn[w], kl[kw], km[kw], row) > j0;
+                        if (reaches) {
+                            h.read += 4 * rows * (2 * d + dv + 2);
+                            h.written += 4 * rows * d;
+                        }
+                    }
+            }
+        }
+        e.read += G * h.read, e.written += G * h.written;
+        if (dir == DIR_BWD) { /* the fold */
+            const uint64_t held = 4 * shard(p, P, o) * (d + dv);
+            e.read += held * (s > 0 ? 2 : 1);
+            e.written += held;
+        }
+        if (P == 1)
+            continue;
+        const int from = ((r - 1 - s) % P + P) % P;
+        const int kv = s < P - 1, grads = dir == DIR_BWD;
+        if (kv || grads) {
+            e.sent += 4 * shard(p, P, o) * (d + dv) * (uint64_t)(kv + grads);
+            e.received += 4 * shard(p, P, from) * (d + dv) * (uint64_t)(kv + grads);
+        }
+    }
+    return e;
+}
+
 /* ---- the runs ------------------------------------------------------------------------------------ */
 
 static int compare(const char *what, int shape, int P, size_t M, int r, const RankCounter *got, const RankBytes *want)
@@ -187,9 +295,11 @@ static int compare(const char *what, int shape, int P, size_t M, int r, const Ra
 }
 
 /* One P and M on one shape: a forward run (counts per rank), then forward + backward (the
- * backward's counts per rank), outputs and gradients against the reference. Returns failures. */
+ * backward's counts per rank), outputs and gradients against the reference. Returns failures, or
+ * -1 when the machine has too few GPUs for P (the message is printed). */
 static int check(const StageImpl *impl, int shape, int P, size_t M)
 {
+    const int gpu = impl->device == DEVICE_CUDA;
     const RingShape *rs = &shapes[shape];
     TestFeatures f = {rs->Hkv, rs->causal};
     TestProblem x;
@@ -208,7 +318,13 @@ static int check(const StageImpl *impl, int shape, int P, size_t M)
         const Direction dir = pass == 0 ? DIR_FWD : DIR_BWD;
         RunStats stats;
         memset(counters, 0, sizeof counters); /* the stage adds to them: both passes of a bwd run */
-        if (runner_run(impl, dir, &x.p, &t, &opts, &stats, &err) != FL_OK) {
+        const int rc = runner_run(impl, dir, &x.p, &t, &opts, &stats, &err);
+        if (rc == FL_NO_DEVICE) {
+            printf("P %d: skipped (%s)\n", P, err.msg);
+            test_problem_free(&x);
+            return -1;
+        }
+        if (rc != FL_OK) {
             fprintf(stderr, "shape %d P %d: %s\n", shape, P, err.msg);
             failures++;
             break;
@@ -217,9 +333,9 @@ static int check(const StageImpl *impl, int shape, int P, size_t M)
         tiles(&x.p, M, DIR_FWD, &Br, &Bc);
         tiles(&x.p, M, DIR_BWD, &Br_b, &Bc_b);
         for (int r = 0; r < P; r++) { /* a bwd run counts its forward pass too */
-            RankBytes want = model(&x.p, P, r, DIR_FWD, Br, Bc);
+            RankBytes want = gpu ? gpu_model(&x.p, P, r, DIR_FWD) : model(&x.p, P, r, DIR_FWD, Br, Bc);
             if (dir == DIR_BWD) {
-                const RankBytes b = model(&x.p, P, r, DIR_BWD, Br_b, Bc_b);
+                const RankBytes b = gpu ? gpu_model(&x.p, P, r, DIR_BWD) : model(&x.p, P, r, DIR_BWD, Br_b, Bc_b);
                 want.read += b.read, want.written += b.written, want.sent += b.sent, want.received += b.received;
             }
             failures += compare(dir == DIR_FWD ? "fwd" : "fwd+bwd", shape, P, M, r, &counters[r], &want);
@@ -242,16 +358,42 @@ static int check(const StageImpl *impl, int shape, int P, size_t M)
     return failures;
 }
 
-int main(int argc, char **argv)
+/* GPU ranks: each P given, every shape, once (the SRAM size is a CPU notion). */
+static int main_cuda(int argc, char **argv)
 {
-    if (argc != 2 || (strcmp(argv[1], "cpu") && strcmp(argv[1], "cuda"))) {
-        fprintf(stderr, "usage: test_hbm_model_13 cpu|cuda\n");
-        return 2;
-    }
-    if (!strcmp(argv[1], "cuda")) {
-        printf("stage 13 has no CUDA implementation yet: skipped (cuda: %s)\n", cuda_device_description());
+    const StageImpl *impl = stage_find("13", DEVICE_CUDA, "");
+    if (!impl) {
+        printf("stage 13 has no CUDA implementation in this build (no NCCL?): skipped\n");
         return 77;
     }
+    int failures = 0, runs = 0;
+    for (int i = 2; i < argc || i == 2; i++) {
+        const int P = i < argc ? atoi(argv[i]) : 1;
+        if (P < 1 || P > MAX_P) {
+            fprintf(stderr, "test_hbm_model_13: P = %s; give 1 to %d\n", i < argc ? argv[i] : "?", MAX_P);
+            return 2;
+        }
+        for (int s = 0; s < SHAPE_COUNT; s++) {
+            const int f = check(impl, s, P, FLASHLAB_DEFAULT_SRAM_BYTES);
+            if (f < 0)
+                break; /* too few GPUs for P */
+            failures += f, runs++;
+        }
+    }
+    printf("%d failures in %d runs (cuda: %s)\n", failures, runs, cuda_device_description());
+    if (runs == 0)
+        return 77;
+    return failures ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || (strcmp(argv[1], "cpu") && strcmp(argv[1], "cuda")) || (!strcmp(argv[1], "cpu") && argc != 2)) {
+        fprintf(stderr, "usage: test_hbm_model_13 cpu | test_hbm_model_13 cuda [P ...]\n");
+        return 2;
+    }
+    if (!strcmp(argv[1], "cuda"))
+        return main_cuda(argc, argv);
     const StageImpl *impl = stage_find("13", DEVICE_CPU, "");
     if (!impl) {
         fprintf(stderr, "stage 13 has no cpu implementation in this build\n");
@@ -261,7 +403,7 @@ int main(int argc, char **argv)
     for (int s = 0; s < SHAPE_COUNT; s++)
         for (int P = 1; P <= MAX_P; P++)
             for (size_t m = 0; m < sizeof sram_sizes / sizeof sram_sizes[0]; m++, runs++)
-                failures += check(impl, s, P, sram_sizes[m]);
+                failures += check(impl, s, P, sram_sizes[m]); /* never -1 on the CPU */
     printf("%d failures in %d runs\n", failures, runs);
     return failures ? 1 : 0;
 }

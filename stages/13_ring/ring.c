@@ -45,6 +45,7 @@
 #include "attn.h"
 #include "hbm.h"
 #include "parallel.h"
+#include "split.h"
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
@@ -52,21 +53,7 @@ static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
 static int rank_count(const RunCtx *ctx) { return ctx->ranks > 0 ? ctx->ranks : 1; }
 
-/* ---- the balanced split ----------------------------------------------------------------------- */
-
-/* Rows [lo, hi) of chunk c of n rows cut into 2P chunks. */
-typedef struct {
-    size_t lo, hi;
-} Rows;
-
-static Rows chunk_rows(size_t n, int P, int c)
-{
-    Rows r = {n * (size_t)c / (size_t)(2 * P), n * (size_t)(c + 1) / (size_t)(2 * P)};
-    return r;
-}
-
-/* The two chunks rank r holds: r and 2P - 1 - r. */
-static int rank_chunk(int P, int r, int which) { return which == 0 ? r : 2 * P - 1 - r; }
+/* The balanced split (chunk_rows, rank_chunk) is split.h's, shared with the GPU side. */
 
 /* ---- a K/V shard: the two key chunks of one rank, every (b, kv head) ------------------------ */
 
