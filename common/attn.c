@@ -2,6 +2,7 @@
  * implementation in the generated registry. */
 #include "attn.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -138,4 +139,16 @@ const StageImpl *stage_find(const char *stage, Device device, const char *varian
             return impl;
     }
     return NULL;
+}
+
+const char *stage_head_dims_text(const StageImpl *impl, const char *sep, char *buf, size_t len)
+{
+    const int a = impl->head_dims[0], b = impl->head_dims[1];
+    if (a > 0 && b > 0 && a != b)
+        snprintf(buf, len, "%d%s%d", a, sep, b);
+    else if (a > 0 || b > 0)
+        snprintf(buf, len, "%d", a > 0 ? a : b);
+    else
+        snprintf(buf, len, "%s", "");
+    return buf;
 }

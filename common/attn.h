@@ -173,6 +173,8 @@ typedef struct {
 const StageImpl *const *stage_registry(void);
 /* The implementation of stage (e.g. "3", "03", "03_tiled") on device with variant ("" or NULL = default). */
 const StageImpl *stage_find(const char *stage, Device device, const char *variant);
+/* The head dims impl runs, joined by sep ("64, 128" with ", "), into buf; "" when it runs any. */
+const char *stage_head_dims_text(const StageImpl *impl, const char *sep, char *buf, size_t len);
 
 const char *device_name(Device device); /* "cpu" / "cuda" */
 

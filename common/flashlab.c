@@ -595,13 +595,9 @@ static const char *feature_list(unsigned features, char *buf, size_t len)
 static const char *precision_label(const StageImpl *impl, char *buf, size_t len)
 {
     const char *name = impl->precision == PRECISION_BF16 ? "bf16" : "float32";
-    const int a = impl->head_dims[0], b = impl->head_dims[1];
-    if (a > 0 && b > 0 && a != b)
-        snprintf(buf, len, "%s d=%d,%d", name, a, b);
-    else if (a > 0 || b > 0)
-        snprintf(buf, len, "%s d=%d", name, a > 0 ? a : b);
-    else
-        snprintf(buf, len, "%s", name);
+    char dims[48];
+    stage_head_dims_text(impl, ",", dims, sizeof dims);
+    snprintf(buf, len, dims[0] ? "%s d=%s" : "%s", name, dims);
     return buf;
 }
 

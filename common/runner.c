@@ -62,11 +62,8 @@ static int check_head_dims(const StageImpl *impl, const AttnProblem *p, FlError 
     if (runner_head_dims_ok(impl, p))
         return FL_OK;
     char dims[48];
-    if (impl->head_dims[0] > 0 && impl->head_dims[1] > 0 && impl->head_dims[0] != impl->head_dims[1])
-        snprintf(dims, sizeof dims, "{%d, %d}", impl->head_dims[0], impl->head_dims[1]);
-    else
-        snprintf(dims, sizeof dims, "{%d}", impl->head_dims[0] > 0 ? impl->head_dims[0] : impl->head_dims[1]);
-    return fl_fail(err, FL_UNSUPPORTED, "stage %s (%s%s%s, %s) runs head dims d = dv in %s; this case has "
+    stage_head_dims_text(impl, ", ", dims, sizeof dims);
+    return fl_fail(err, FL_UNSUPPORTED, "stage %s (%s%s%s, %s) runs head dims d = dv in {%s}; this case has "
                    "d = %d, dv = %d", impl->stage, impl->name, impl->variant[0] ? " " : "", impl->variant,
                    device_name(impl->device), dims, p->d, p->dv);
 }

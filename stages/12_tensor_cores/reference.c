@@ -75,14 +75,10 @@
 
 static int min_int(int a, int b) { return a < b ? a : b; }
 
-/* The keys [0, n) row i of a head sees: all Tk without the mask; with it the keys j <= i + Tk - Tq
- * (bottom-right aligned), none for the first Tq - Tk rows when Tq > Tk. */
+/* The keys [0, n) row i of a head sees (tiles.h, the rule the kernels use). */
 static int keys_seen(const AttnProblem *p, int i)
 {
-    if (!p->causal)
-        return p->Tk;
-    const int n = i + p->Tk - p->Tq + 1;
-    return n <= 0 ? 0 : min_int(n, p->Tk);
+    return tc_keys_seen(p->causal, p->Tq, p->Tk, i);
 }
 
 /* Of the keys [j0, j0 + n), how many row i sees: always a prefix of the tile. */

@@ -45,7 +45,7 @@ struct TcArgs {
 // Key j is hidden from query row i (causal, or a key/row past the end of a short tile).
 __device__ __forceinline__ bool hidden(const TcArgs &a, int i, int j)
 {
-    return j >= a.Tk || i >= a.Tq || (a.causal && j > i + a.Tk - a.Tq);
+    return i >= a.Tq || j >= tc_keys_seen(a.causal, a.Tq, a.Tk, i);
 }
 
 // ==== the forward pass ===========================================================================
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(FwdTile<D>::NT) tc_forward_kernel(TcArgs a)
     const int q0 = (gridDim.y - 1 - blockIdx.y) * T::BR, rows_q = min(T::BR, a.Tq - q0);
     const size_t q_row0 = (size_t)bh * a.Tq + q0, kv_row0 = (size_t)kvh * a.Tk;
     // Keys the tile needs: all of them, or (causal) up to the last row's position.
-    const int key_end = a.causal ? min(a.Tk, q0 + rows_q + a.Tk - a.Tq) : a.Tk;
+    const int key_end = tc_keys_seen(a.causal, a.Tq, a.Tk, q0 + rows_q - 1);
     const int n_tiles = key_end > 0 ? ceil_div(key_end, T::BC) : 0;
 
     load_tile_swizzled<T::BR, D, T::NT>(Qs, a.q + q_row0 * D, rows_q, tid);
@@ -317,7 +317,7 @@ struct QueryWalk {
     int first_tile, tiles_per_head, steps;
     __device__ QueryWalk(const TcArgs &a, int kv0, int br)
     {
-        const int first_row = a.causal ? max(0, kv0 - (a.Tk - a.Tq)) : 0;
+        const int first_row = tc_first_row_seeing(a.causal, a.Tq, a.Tk, kv0);
         first_tile = first_row / br;
         tiles_per_head = first_row < a.Tq ? ceil_div(a.Tq, br) - first_tile : 0;
         steps = tiles_per_head * a.group;
