@@ -48,18 +48,24 @@ template <int ROWS, int COLS, int STRIDE, int NT, class RowAt>
 __device__ __forceinline__ void load_rows(float *sm, RowAt row_at, const float *any, int cols, bool vec,
                                           int tid)
 {
+    // Thread tid copies chunks tid, tid + NT, ...: a trip count known at compile time lets the
+    // loop unroll fully and the row/column arithmetic fold into constants per step.
+    const unsigned t = (unsigned)tid;
     if (vec) {
-        constexpr int CH = COLS / 4;
+        constexpr unsigned CH = COLS / 4, N = ROWS * CH;
 #pragma unroll
-        for (int idx = tid; idx < ROWS * CH; idx += NT) {
-            const int r = idx / CH, c = (idx % CH) * 4;
+        for (unsigned step = 0; step < (N + NT - 1) / NT; step++) {
+            const unsigned idx = step * NT + t;
+            if (N % NT != 0 && idx >= N)
+                break;
+            const int r = (int)(idx / CH), c = (int)(idx % CH) * 4;
             const float *row = row_at(r);
             const bool ok = row != nullptr && c < cols;
             cp_async16(sm + r * STRIDE + c, ok ? row + c : any, ok ? 16 : 0);
         }
     } else {
-        for (int idx = tid; idx < ROWS * COLS; idx += NT) {
-            const int r = idx / COLS, c = idx % COLS;
+        for (unsigned idx = t; idx < (unsigned)(ROWS * COLS); idx += NT) {
+            const int r = (int)(idx / COLS), c = (int)(idx % COLS);
             const float *row = row_at(r);
             const bool ok = row != nullptr && c < cols;
             cp_async4(sm + r * STRIDE + c, ok ? row + c : any, ok ? 4 : 0);

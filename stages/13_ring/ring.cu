@@ -390,8 +390,11 @@ struct BwdStep {
 // Shared memory: Qs, dOs (Br, D+4)  Ks, Vs (Bc, D+4)  PTs, dSTs (Bc, Br+4)  dSs (Br, Bc+4)  Ls, Ds (Br)
 template <int D_, int BR_, int BC_, int NT_, int MINB_> struct BwdTile {
     static constexpr int D = D_, BR = BR_, BC = BC_, NT = NT_, MINB = MINB_, HALF = NT / 2;
-    static constexpr int SCG = 8, SRG = HALF / SCG, STM = BR / SRG, STN = BC / SCG;
-    static constexpr int OCG = 8, ORG = HALF / OCG, KTM = BC / ORG, OQ = D / (4 * OCG);
+    // 16 threads share a row of the score tiles (8 x 4 micro-tiles); 16 share a row of dV_j / dK_j
+    // when D is a multiple of 64, else 8 (README: "Thread layout").
+    static constexpr int SCG = 16, SRG = HALF / SCG, STM = BR / SRG, STN = BC / SCG;
+    static constexpr int OCG = (D / 4) % 16 == 0 ? 16 : 8, ORG = HALF / OCG, KTM = BC / ORG,
+                         OQ = D / (4 * OCG);
     static constexpr int QCG = (D / 4) % 16 == 0 ? 16 : 8, QRG = NT / QCG, QTM = BR / QRG,
                          QQ = D / (4 * QCG);
     static constexpr int QS = D + 4, PTS = BR + 4, DSS = BC + 4;
