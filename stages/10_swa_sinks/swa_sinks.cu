@@ -298,7 +298,7 @@ struct BwdArgs {
 template <int D_, int BR_, int BC_, int NT_, int MINB_> struct BwdTile {
     static constexpr int D = D_, BR = BR_, BC = BC_, NT = NT_, MINB = MINB_, HALF = NT / 2;
     // 16 threads share a row of the score tiles (8 x 4 micro-tiles); 16 share a row of dV_j / dK_j
-    // when D is a multiple of 64, else 8 (README: "Thread layout").
+    // when D is a multiple of 64, else 8 (stages/06_backward/README.md, "Thread layout").
     static constexpr int SCG = 16, SRG = HALF / SCG, STM = BR / SRG, STN = BC / SCG;
     static constexpr int OCG = (D / 4) % 16 == 0 ? 16 : 8, ORG = HALF / OCG, KTM = BC / ORG,
                          OQ = D / (4 * OCG);
