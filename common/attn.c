@@ -32,6 +32,16 @@ static size_t kv_rows(const AttnProblem *p)
     return p->page_size > 0 ? (size_t)p->num_pages * p->page_size : (size_t)p->B * p->Tk;
 }
 
+AttnProblem attn_problem_bounded(const AttnProblem *p)
+{
+    AttnProblem out = *p;
+    if (out.window > out.Tk) /* W >= Tk already keeps every key up to the row's position */
+        out.window = out.Tk;
+    if (out.sink_tokens > out.Tk) /* S >= Tk already keeps every key */
+        out.sink_tokens = out.Tk;
+    return out;
+}
+
 size_t attn_k_numel(const AttnProblem *p) { return kv_rows(p) * p->Hkv * p->d; }
 
 size_t attn_v_numel(const AttnProblem *p) { return kv_rows(p) * p->Hkv * p->dv; }

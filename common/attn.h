@@ -67,6 +67,10 @@ enum {
 
 /* Features a problem needs (backward counts only when dout is non-NULL). */
 unsigned attn_required_features(const AttnProblem *p);
+/* p with a window or a sink-token count larger than Tk lowered to Tk, which keeps exactly the same
+ * keys (a window of Tk already reaches back past key 0; Tk sink tokens are all the keys), so that
+ * no stage adds a tile width to a number near INT_MAX. The runner hands every stage this form. */
+AttnProblem attn_problem_bounded(const AttnProblem *p);
 /* Elements of k and of v: the page pools of a paged problem, else B * Hkv * Tk * (d or dv). */
 size_t attn_k_numel(const AttnProblem *p);
 size_t attn_v_numel(const AttnProblem *p);

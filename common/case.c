@@ -6,6 +6,7 @@
  * naming case.json and the key. A folder holding ckv.npy is an MLA case (stage 09), one holding
  * k_pages.npy a paged decode case (stage 11). */
 #include "case.h"
+#include "files.h"
 #include "npy.h"
 
 #include <cjson/cJSON.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 
 enum { PATH_LEN = 4096 + 64 };
@@ -34,27 +36,13 @@ static void join_path(char *out, const char *dir, const char *file)
     snprintf(out, PATH_LEN, "%s/%s", dir, file);
 }
 
-/* 1 if path exists, 0 if it does not (ENOENT), -1 with err filled for any other problem. */
-static int file_exists(const char *path, FlError *err)
-{
-    struct stat st;
-    if (stat(path, &st) == 0)
-        return 1;
-    if (errno == ENOENT)
-        return 0;
-    fl_fail(err, FL_BAD_INPUT, "%s: %s", path, strerror(errno));
-    return -1;
-}
-
 /* ---- case.json ------------------------------------------------------------------------- */
 
 static char *read_text_file(const char *path, FlError *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fl_fail(err, FL_BAD_INPUT, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f = fl_open_regular(path, err);
+    if (!f)
         return NULL;
-    }
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
     while (buf) {
@@ -177,7 +165,7 @@ static int load_options(Case *c, FlError *err)
 {
     char path[PATH_LEN];
     join_path(path, c->dir, "case.json");
-    int exists = file_exists(path, err);
+    int exists = fl_path_exists(path, err);
     if (exists <= 0)
         return exists < 0 ? FL_BAD_INPUT : FL_OK; /* absent: defaults */
 
@@ -215,7 +203,7 @@ static int load_tensor(const Case *c, const char *file, int required, Tensor *t,
     char path[PATH_LEN];
     join_path(path, c->dir, file);
     if (!required) {
-        int exists = file_exists(path, err);
+        int exists = fl_path_exists(path, err);
         if (exists <= 0)
             return exists < 0 ? FL_BAD_INPUT : FL_OK;
     }
@@ -352,6 +340,102 @@ static int load_expected(Case *c, FlError *err)
     return FL_OK;
 }
 
+/* ---- limits that keep the stages' arithmetic exact (docs/conventions.md, "Limits") ------- */
+
+enum { MAX_POSITIONS = 1 << 30 }; /* Tq, Tk, seq_lens: a tile width added to a position stays an int */
+#define MAX_SCORE 1e30            /* |scale * q.k| bound: scores, their maxima and exp2 arguments stay finite */
+
+/* The largest Euclidean norm of a row of width `width` in t (float64). */
+static double max_row_norm(const Tensor *t, int64_t width)
+{
+    size_t n = tensor_numel(t), w = width > 0 ? (size_t)width : 1;
+    double best = 0.0;
+    for (size_t row = 0; row + w <= n; row += w) {
+        double sum = 0.0;
+        for (size_t c = 0; c < w; c++)
+            sum += (double)t->data[row + c] * t->data[row + c];
+        if (sum > best) /* a NaN row is skipped: the non-finite rule covers it */
+            best = sum;
+    }
+    return sqrt(best);
+}
+
+/* scale <= MAX_SCORE and scale * max|q_i| * max|k_j| <= MAX_SCORE (Cauchy-Schwarz bounds every
+ * score): past that, float32 scores overflow and every output would be NaN. */
+static int check_scale(const Case *c, FlError *err)
+{
+    const AttnProblem *p = &c->problem;
+    const char *where = c->has_scale ? "case.json" : "q.npy and k.npy";
+    if (p->scale > MAX_SCORE)
+        return fl_fail(err, FL_BAD_INPUT, "%s/case.json: scale %g is above %g: scores would overflow float32",
+                       c->dir, p->scale, MAX_SCORE);
+    double bound = p->scale * max_row_norm(&c->q, p->d) * max_row_norm(&c->k, p->d);
+    if (bound > MAX_SCORE)
+        return fl_fail(err, FL_BAD_INPUT,
+                       "%s/%s: scale %g times the largest |q| and |k| (%g) bounds the scores by %g, "
+                       "above %g: float32 scores would overflow",
+                       c->dir, where, p->scale, bound / p->scale, bound, MAX_SCORE);
+    return FL_OK;
+}
+
+/* Sequence lengths below MAX_POSITIONS and every output small enough to index with an int. */
+static int check_sizes_fit(const Case *c, FlError *err)
+{
+    const AttnProblem *p = &c->problem;
+    if (p->Tq >= MAX_POSITIONS || p->Tk >= MAX_POSITIONS)
+        return fl_fail(err, FL_BAD_INPUT, "%s: %s = %d positions; flashlab runs sequences of fewer than %d",
+                       c->dir, p->Tq >= MAX_POSITIONS ? "Tq" : "Tk", p->Tq >= MAX_POSITIONS ? p->Tq : p->Tk,
+                       MAX_POSITIONS);
+    for (int id = 0; id < OUT_COUNT; id++) {
+        if (!output_present(p, (OutputId)id))
+            continue;
+        int64_t shape[TENSOR_MAX_DIMS];
+        int ndim = output_shape(p, (OutputId)id, shape);
+        double numel = 1.0;
+        for (int i = 0; i < ndim; i++)
+            numel *= (double)shape[i];
+        if (numel > INT_MAX)
+            return fl_fail(err, FL_BAD_INPUT,
+                           "%s: %s would hold %.0f elements, more than the %d a stage can index", c->dir,
+                           output_file_name((OutputId)id), numel, INT_MAX);
+    }
+    return FL_OK;
+}
+
+/* One warning line per input file holding NaN or Inf; returns how many files did. */
+static int warn_nonfinite(const Case *c, const char *file, const Tensor *t)
+{
+    size_t first = 0, count = tensor_count_nonfinite(t, &first);
+    if (count == 0)
+        return 0;
+    char index[96];
+    fl_warn("%s/%s: %zu non-finite value%s (NaN or Inf), the first at %s; outputs that depend on "
+            "%s carry NaN",
+            c->dir, file, count, count == 1 ? "" : "s", tensor_index_str(t, first, index, sizeof index),
+            count == 1 ? "it" : "them");
+    return 1;
+}
+
+static int warn_nonfinite_inputs(const Case *c)
+{
+    int files = 0;
+    if (c->is_mla) {
+        for (int id = 0; id < MLA_INPUT_COUNT; id++)
+            files += warn_nonfinite(c, mla_file_name(id), &c->mla_in[id]);
+        return files;
+    }
+    const char *kv = c->is_paged ? "_pages" : "";
+    char kname[32], vname[32];
+    snprintf(kname, sizeof kname, "k%s.npy", kv);
+    snprintf(vname, sizeof vname, "v%s.npy", kv);
+    files += warn_nonfinite(c, "q.npy", &c->q);
+    files += warn_nonfinite(c, kname, &c->k);
+    files += warn_nonfinite(c, vname, &c->v);
+    files += warn_nonfinite(c, "do.npy", &c->dout);
+    files += warn_nonfinite(c, "sinks.npy", &c->sinks);
+    return files;
+}
+
 /* ---- MLA cases (stage 09) ---------------------------------------------------------------- */
 
 /* Sizes from x, ckv, kpe, w_dq, w_uq and w_uv; then every file must have exactly its shape. */
@@ -466,7 +550,8 @@ static int validate_paged_entries(const Case *c, FlError *err)
                            "%s/seq_lens.npy: entry [%d] = %d; a sequence holds at least its Tq = %d queries and "
                            "at most max_pages * page_size = %lld keys",
                            c->dir, b, (int)len[b], p->Tq, capacity);
-        const int used = (int)((len[b] + p->page_size - 1) / p->page_size);
+        /* 64-bit: len[b] + page_size - 1 overflows int for a length near INT_MAX */
+        const int used = (int)(((long long)len[b] + p->page_size - 1) / p->page_size);
         for (int i = 0; i < used; i++) {
             const int32_t page = table[(size_t)b * p->max_pages + i];
             if (page < 0 || page >= p->num_pages)
@@ -505,7 +590,7 @@ static int load_paged(Case *c, int want_expected, FlError *err)
 {
     char path[PATH_LEN];
     join_path(path, c->dir, "do.npy");
-    int has_dout = file_exists(path, err);
+    int has_dout = fl_path_exists(path, err);
     if (has_dout != 0)
         return has_dout < 0 ? FL_BAD_INPUT
                             : fl_fail(err, FL_BAD_INPUT, "%s: paged decode cases are forward only; remove do.npy", path);
@@ -530,6 +615,10 @@ static int load_paged(Case *c, int want_expected, FlError *err)
         return rc;
     fill_paged_problem(c);
     rc = validate_paged_entries(c, err);
+    if (!rc)
+        rc = check_sizes_fit(c, err);
+    if (!rc)
+        rc = check_scale(c, err);
     return !rc && want_expected ? load_expected(c, err) : rc;
 }
 
@@ -550,9 +639,9 @@ static int load_all(const char *dir, int want_expected, Case *c, FlError *err)
     set_dir_and_name(c, dir);
     char marker[PATH_LEN];
     join_path(marker, c->dir, "ckv.npy");
-    c->is_mla = file_exists(marker, err);
+    c->is_mla = fl_path_exists(marker, err);
     join_path(marker, c->dir, "k_pages.npy");
-    c->is_paged = c->is_mla == 0 ? file_exists(marker, err) : 0;
+    c->is_paged = c->is_mla == 0 ? fl_path_exists(marker, err) : 0;
     if (c->is_mla < 0 || c->is_paged < 0)
         return FL_BAD_INPUT;
     c->mla.rope_theta = 10000.0f;
@@ -577,7 +666,10 @@ static int load_all(const char *dir, int want_expected, Case *c, FlError *err)
     if (rc)
         return rc;
     fill_problem(c); /* now with dout and sinks */
-    return want_expected ? load_expected(c, err) : FL_OK;
+    rc = check_sizes_fit(c, err);
+    if (!rc)
+        rc = check_scale(c, err);
+    return !rc && want_expected ? load_expected(c, err) : rc;
 }
 
 int case_load(const char *dir, int want_expected, Case *c, FlError *err)
@@ -588,6 +680,7 @@ int case_load(const char *dir, int want_expected, Case *c, FlError *err)
         case_free(c);
         return FL_BAD_INPUT;
     }
+    c->nonfinite_inputs = warn_nonfinite_inputs(c);
     return FL_OK;
 }
 
@@ -607,6 +700,66 @@ void case_free(Case *c)
     tensor_free(&c->mla_y);
     memset(&c->problem, 0, sizeof c->problem);
     memset(&c->mla, 0, sizeof c->mla);
+}
+
+/* ---- the folder `flashlab run --out` writes into ------------------------------------------ */
+
+/* Is name a file some case kind reads as an input (or case.json)? */
+static int is_case_input(const char *name)
+{
+    static const char *const files[] = {"case.json",  "q.npy",           "k.npy",        "v.npy",
+                                        "do.npy",     "sinks.npy",       "k_pages.npy",  "v_pages.npy",
+                                        "block_table.npy", "seq_lens.npy"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        if (strcmp(name, files[i]) == 0)
+            return 1;
+    for (int id = 0; id < MLA_INPUT_COUNT; id++)
+        if (strcmp(name, mla_file_name(id)) == 0)
+            return 1;
+    return 0;
+}
+
+/* The first file of folder dir that a case reads as input, copied into name; 0 when none (or dir
+ * is not a readable folder). */
+static int folder_input_file(const char *dir, char *name, size_t len)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int found = 0;
+    for (struct dirent *e; !found && (e = readdir(d)) != NULL;)
+        if (is_case_input(e->d_name)) {
+            copy_string(name, len, e->d_name);
+            found = 1;
+        }
+    closedir(d);
+    return found;
+}
+
+int case_check_out_dir(const char *out_dir, FlError *err)
+{
+    char path[PATH_LEN], name[256];
+    if (fl_resolve_path(out_dir, path, sizeof path, err) != 0)
+        return FL_BAD_INPUT;
+    if (folder_input_file(path, name, sizeof name))
+        return fl_fail(err, FL_BAD_INPUT,
+                       "--out %s: holds %s, so it is a case folder (or looks like one); write the "
+                       "outputs somewhere else",
+                       out_dir, name);
+    for (char *slash = strrchr(path, '/'); slash; slash = strrchr(path, '/')) {
+        if (slash == path)
+            path[1] = '\0'; /* the parent of "/x" is "/" */
+        else
+            *slash = '\0';
+        if (folder_input_file(path, name, sizeof name))
+            return fl_fail(err, FL_BAD_INPUT,
+                           "--out %s: lies inside the case folder %s (it holds %s); write the outputs "
+                           "somewhere else",
+                           out_dir, path, name);
+        if (slash == path)
+            break;
+    }
+    return FL_OK;
 }
 
 /* ---- outputs --------------------------------------------------------------------------- */

@@ -29,6 +29,7 @@ typedef struct {
     Tensor mla_in[MLA_INPUT_COUNT]; /* MLA inputs, indexed by MlaInput */
     Tensor mla_y;                   /* expected y.npy (golden MLA cases) */
     MlaProblem mla;                 /* sizes, options and pointers into mla_in */
+    int nonfinite_inputs;           /* input files holding NaN or Inf (each warned about on load) */
 } Case;
 
 /* Loads dir: an MLA case when it holds ckv.npy, a paged decode case when it holds k_pages.npy
@@ -36,9 +37,18 @@ typedef struct {
  * With want_expected, also loads the expected outputs that exist (o.npy and lse.npy are
  * then required; dq/dk/dv.npy required when do.npy exists, dsinks.npy when sinks.npy exists; y.npy for an MLA case).
  * Returns FL_OK or FL_BAD_INPUT (message names the file and what is wrong). On failure nothing is
- * left allocated. */
+ * left allocated. Refused besides malformed files: a scale above 1e30 or one that, times the
+ * largest |q| and |k|, bounds the scores above 1e30; sequences of 2^30 positions or more; outputs
+ * of more than INT_MAX elements. Each input file holding NaN or Inf gets one warning line on
+ * stderr (fl_warn: the file, the count, the first index) and counts in nonfinite_inputs. */
 int case_load(const char *dir, int want_expected, Case *c, FlError *err);
 void case_free(Case *c);
+
+/* Whether `flashlab run` may write its outputs into out_dir: not when out_dir or a folder above it
+ * holds a file that some case reads as input (case.json, q.npy, ckv.npy, ...), i.e. when out_dir
+ * is a case folder or lies inside one. A folder holding only the outputs of an earlier run is fine
+ * (they are replaced). Nothing is created. FL_OK or FL_BAD_INPUT. */
+int case_check_out_dir(const char *out_dir, FlError *err);
 
 /* File name of an output ("o.npy", ...) and its shape for a problem (ndim returned). */
 const char *output_file_name(OutputId id);

@@ -10,7 +10,7 @@
 extern "C" {
 #endif
 
-/* Exit codes (DESIGN §5). */
+/* Exit codes (the table in README.md, "The flashlab tool"). */
 enum {
     FL_OK = 0,
     FL_CHECK_FAILED = 1, /* outputs differ from the golden files */
@@ -23,10 +23,20 @@ typedef struct {
     char msg[1024];
 } FlError;
 
-/* Format msg into err (if err is non-NULL) and return code. Usage: return fl_fail(err, FL_BAD_INPUT, "...", ...); */
+/* Format msg into err (if err is non-NULL) and return code. Usage: return fl_fail(err, FL_BAD_INPUT, "...", ...);
+ * The message is always one printable line: control bytes (a newline or an escape copied from a
+ * file) are written as \xNN. */
 int fl_fail(FlError *err, int code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* One line "flashlab: warning: ..." on stderr, escaped like fl_fail (a NaN in an input file, a
+ * non-finite output from finite inputs). */
+void fl_warn(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
 #endif
     ;
 

@@ -453,6 +453,68 @@ static int outputs_alloc(const AttnProblem *p, Outputs *x, FlError *err)
     return FL_OK;
 }
 
+/* Outputs above this size are allocated only after runner_preflight: a stage that refuses the
+ * head dims (SRAM, shared memory) says so before gigabytes are allocated and poisoned. */
+#define PREFLIGHT_BYTES ((size_t)256 << 20)
+
+static size_t outputs_bytes(const AttnProblem *p)
+{
+    size_t total = 0;
+    for (int id = 0; id < OUT_COUNT; id++) {
+        int64_t shape[TENSOR_MAX_DIMS];
+        int ndim = output_present(p, (OutputId)id) ? output_shape(p, (OutputId)id, shape) : 0;
+        size_t n = ndim > 0 ? sizeof(float) : 0;
+        for (int i = 0; i < ndim; i++)
+            n *= (size_t)shape[i]; /* the case loader keeps each output under INT_MAX elements */
+        total += n;
+    }
+    return total;
+}
+
+/* outputs_alloc, after a preflight run when the outputs are large. */
+static int outputs_prepare(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *ctx,
+                           Outputs *x, FlError *err)
+{
+    memset(x, 0, sizeof *x);
+    if (outputs_bytes(p) > PREFLIGHT_BYTES) {
+        int rc = runner_preflight(impl, dir, p, ctx, err);
+        if (rc != FL_OK)
+            return rc;
+    }
+    return outputs_alloc(p, x, err);
+}
+
+/* NaN, or an infinity other than the lse = -inf of a row that sees no key. */
+static size_t count_odd_values(OutputId id, const Tensor *t, size_t *first)
+{
+    size_t n = tensor_numel(t), count = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float v = t->data[i];
+        if (isfinite(v) || (id == OUT_LSE && v == -INFINITY))
+            continue;
+        if (count++ == 0)
+            *first = i;
+    }
+    return count;
+}
+
+/* The non-finite rule (docs/conventions.md): from finite inputs, a NaN or an infinity in an output
+ * is worth one warning line per tensor. Inputs with NaN or Inf were warned about on load. */
+static void warn_odd_output(const Case *c, OutputId id, const char *file, const Tensor *t)
+{
+    size_t first = 0, count = t->data && !c->nonfinite_inputs ? count_odd_values(id, t, &first) : 0;
+    char index[96];
+    if (count)
+        fl_warn("%s: %s has %zu non-finite value%s from finite inputs, the first at %s", c->name, file,
+                count, count == 1 ? "" : "s", tensor_index_str(t, first, index, sizeof index));
+}
+
+static void warn_odd_outputs(const Case *c, const Outputs *x)
+{
+    for (int id = 0; id < OUT_COUNT; id++)
+        warn_odd_output(c, (OutputId)id, output_file_name((OutputId)id), &x->out[id]);
+}
+
 /* Why impl has no backward pass: a stage before 06 has not reached it yet; a later one (11, the
  * decoding step) is forward only by design. */
 static const char *no_backward_reason(const StageImpl *impl)
@@ -788,9 +850,11 @@ static void check_one_case(const Options *o, const StageImpl *impl, Case *c, int
     Outputs x;
     RunStats stats;
     RunCtx ctx = run_ctx(o);
-    int rc = outputs_alloc(&p, &x, &err);
+    int rc = outputs_prepare(impl, dir, &p, &ctx, &x, &err);
     if (rc == FL_OK)
         rc = runner_run(impl, dir, &p, &x.t, &ctx, &stats, &err);
+    if (rc == FL_OK)
+        warn_odd_outputs(c, &x);
     const char *direction = dir == DIR_BWD ? "fwd+bwd" : "fwd";
     if (rc != FL_OK) {
         tally_run_error(o, c, direction, rc, &err, tally);
@@ -856,6 +920,8 @@ static void check_one_mla_case(const Options *o, const StageImpl *impl, Case *c,
     int rc = mla_y_alloc(p, &y, &err);
     if (rc == FL_OK)
         rc = runner_run_mla(impl, p, y.data, &ctx, &stats, &err);
+    if (rc == FL_OK)
+        warn_odd_output(c, OUT_O, mla_file_name(MLA_INPUT_COUNT), &y);
     if (rc != FL_OK) {
         tally_run_error(o, c, "mla", rc, &err, tally);
         tensor_free(&y);
@@ -1068,8 +1134,10 @@ static int run_mla_case(const Options *o, const StageImpl *impl, const Case *c)
     int rc = mla_y_alloc(&c->mla, &y, &err);
     if (rc == FL_OK)
         rc = runner_run_mla(impl, &c->mla, y.data, &ctx, NULL, &err);
-    if (rc == FL_OK)
+    if (rc == FL_OK) {
+        warn_odd_output(c, OUT_O, name, &y);
         rc = write_tensors(o->out_dir, &name, &out, 1, &err);
+    }
     if (rc != FL_OK) {
         if (rc == FL_NO_DEVICE)
             printf("no CUDA device: skipped\n");
@@ -1093,7 +1161,9 @@ static int cmd_run(Options *o)
         return rc;
     Case c;
     FlError err = {{0}};
-    rc = case_load(o->positional[1], 0, &c, &err);
+    rc = case_check_out_dir(o->out_dir, &err);
+    if (rc == FL_OK)
+        rc = case_load(o->positional[1], 0, &c, &err);
     if (rc != FL_OK) {
         fprintf(stderr, "flashlab run: %s\n", err.msg);
         return rc;
@@ -1117,11 +1187,13 @@ static int cmd_run(Options *o)
     AttnProblem p = problem_for(&c, dir);
     Outputs x;
     RunCtx ctx = run_ctx(o);
-    rc = outputs_alloc(&p, &x, &err);
+    rc = outputs_prepare(impl, dir, &p, &ctx, &x, &err);
     if (rc == FL_OK)
         rc = runner_run(impl, dir, &p, &x.t, &ctx, NULL, &err);
-    if (rc == FL_OK)
+    if (rc == FL_OK) {
+        warn_odd_outputs(&c, &x);
         rc = write_outputs(o->out_dir, &x, &err);
+    }
     if (rc != FL_OK) {
         if (rc == FL_NO_DEVICE)
             printf("no CUDA device: skipped\n");
@@ -1173,7 +1245,7 @@ static int tour_row(const Options *o, const StageImpl *impl, const Case *c)
     RunStats stats;
     RunCtx ctx = run_ctx(o);
     double max_err = 0.0, ms = 0.0;
-    int rc = outputs_alloc(&p, &x, &err);
+    int rc = outputs_prepare(impl, dir, &p, &ctx, &x, &err);
     if (rc == FL_OK)
         rc = runner_run(impl, dir, &p, &x.t, &ctx, &stats, &err);
     int failed = rc == FL_OK ? compare_outputs(c, &x, impl->precision, 0, &max_err, NULL, NULL) : 0;
@@ -1852,7 +1924,10 @@ static const Command commands[] = {
      "sinks.npy; expected files are not needed) and writes float32 o.npy and lse.npy into DIR, plus\n"
      "dq.npy dk.npy dv.npy (and dsinks.npy with sinks.npy) when do.npy is present and the stage has a\n"
      "backward pass (--direction fwd skips it). DIR is created if missing. Everything is computed before\n"
-     "any file is written; if a write fails, the files already written are removed.\n"
+     "any file is written; if a write fails, the files already written are removed. DIR may not be a case\n"
+     "folder or lie inside one (hold case.json, q.npy, ckv.npy, ... or sit below a folder that does).\n"
+     "An input holding NaN or Inf gets one warning line (file, count, first index) and the outputs that\n"
+     "depend on it are NaN; a NaN or Inf output from finite inputs gets one warning line per tensor.\n"
      "An MLA case (x.npy, ckv.npy, kpe.npy and the w_*.npy weights; stage 09 only) writes y.npy.\n"
      "A paged decode case (q.npy, k_pages.npy, v_pages.npy, int32 block_table.npy and seq_lens.npy,\n"
      "optional sinks.npy; stage 11 only) writes o.npy and lse.npy.\n"

@@ -9,6 +9,8 @@
 #define _GNU_SOURCE /* mkstemp, fchmod */
 #include "npy.h"
 
+#include "files.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -100,7 +102,8 @@ static int parse_bool(HeaderParser *hp, int *out)
     return FL_OK;
 }
 
-/* A shape tuple: "()", "(5,)", "(2, 3)", "(2, 3,)". */
+/* A shape tuple as Python writes it: "()", "(5,)", "(2, 3)", "(2, 3,)"; not "(5)" (a number in
+ * parentheses) and no leading zeros ("(005,)" is not a Python literal). */
 static int parse_shape(HeaderParser *hp, NpyHeader *h)
 {
     int rc = expect_char(hp, '(', "'(' to open 'shape'");
@@ -118,6 +121,9 @@ static int parse_shape(HeaderParser *hp, NpyHeader *h)
                            "%s: malformed .npy header: 'shape' must be a tuple of non-negative "
                            "integers",
                            hp->path);
+        if (hp->s[hp->pos] == '0' && isdigit((unsigned char)hp->s[hp->pos + 1]))
+            return fl_fail(hp->err, FL_BAD_INPUT,
+                           "%s: malformed .npy header: a size in 'shape' has a leading zero", hp->path);
         int64_t dim = 0;
         while (isdigit((unsigned char)hp->s[hp->pos])) {
             dim = dim * 10 + (hp->s[hp->pos++] - '0');
@@ -135,6 +141,10 @@ static int parse_shape(HeaderParser *hp, NpyHeader *h)
         else if (hp->s[hp->pos] != ')')
             return fl_fail(hp->err, FL_BAD_INPUT,
                            "%s: malformed .npy header: expected ',' or ')' in 'shape'", hp->path);
+        else if (h->ndim == 1) /* Python reads "(5)" as the number 5, not a tuple: NumPy refuses it */
+            return fl_fail(hp->err, FL_BAD_INPUT,
+                           "%s: malformed .npy header: a one-dimensional 'shape' needs a comma, as in (5,)",
+                           hp->path);
     }
 }
 
@@ -304,8 +314,6 @@ static int read_from_file(const char *path, FILE *f, NpyDtype dtype, Tensor *t, 
     struct stat st;
     if (fstat(fileno(f), &st) != 0)
         return fl_fail(err, FL_BAD_INPUT, "%s: %s", path, strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        return fl_fail(err, FL_BAD_INPUT, "%s: not a regular file", path);
     uint64_t file_size = (uint64_t)st.st_size;
 
     char *text = NULL;
@@ -354,9 +362,9 @@ int npy_read_as(const char *path, NpyDtype dtype, Tensor *t, FlError *err)
     t->data = NULL;
     t->ndim = 0;
     memset(t->shape, 0, sizeof t->shape);
-    FILE *f = fopen(path, "rb");
+    FILE *f = fl_open_regular(path, err);
     if (!f)
-        return fl_fail(err, FL_BAD_INPUT, "%s: cannot open: %s", path, strerror(errno));
+        return FL_BAD_INPUT;
     int rc = read_from_file(path, f, dtype, t, err);
     fclose(f);
     return rc;
@@ -370,11 +378,12 @@ int npy_read(const char *path, Tensor *t, FlError *err)
 /* ---- writing --------------------------------------------------------------------------- */
 
 /* The v1.0 header text, padded with spaces so the data starts on a 64-byte boundary. */
-static size_t format_header(const Tensor *t, char *buf, size_t len)
+static size_t format_header(const Tensor *t, NpyDtype dtype, char *buf, size_t len)
 {
     char shape[128];
     tensor_shape_str(t, shape, sizeof shape);
-    int n = snprintf(buf, len, "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }", shape);
+    int n = snprintf(buf, len, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
+                     dtype_descr(dtype), shape);
     size_t used = (size_t)n;
     size_t total = (NPY_PREFIX_V1 + used + 1 + NPY_ALIGN - 1) / NPY_ALIGN * NPY_ALIGN;
     size_t header_len = total - NPY_PREFIX_V1;
@@ -383,10 +392,10 @@ static size_t format_header(const Tensor *t, char *buf, size_t len)
     return header_len;
 }
 
-static int write_all(FILE *f, const Tensor *t)
+static int write_all(FILE *f, const Tensor *t, NpyDtype dtype)
 {
     char header[256];
-    size_t header_len = format_header(t, header, sizeof header);
+    size_t header_len = format_header(t, dtype, header, sizeof header);
     unsigned char prefix[NPY_PREFIX_V1];
     memcpy(prefix, NPY_MAGIC, sizeof NPY_MAGIC);
     prefix[6] = 1;
@@ -401,7 +410,7 @@ static int write_all(FILE *f, const Tensor *t)
     return 0;
 }
 
-int npy_write(const char *path, const Tensor *t, FlError *err)
+int npy_write_as(const char *path, const Tensor *t, NpyDtype dtype, FlError *err)
 {
     if (t->ndim < 0 || t->ndim > TENSOR_MAX_DIMS)
         return fl_fail(err, FL_BAD_INPUT, "%s: cannot write a tensor of %d dimensions", path,
@@ -435,7 +444,7 @@ int npy_write(const char *path, const Tensor *t, FlError *err)
         free(tmp);
         return rc;
     }
-    int failed = write_all(f, t) != 0 || fflush(f) != 0;
+    int failed = write_all(f, t, dtype) != 0 || fflush(f) != 0;
     int saved_errno = errno;
     if (fclose(f) != 0 && !failed) {
         failed = 1;
@@ -452,4 +461,9 @@ int npy_write(const char *path, const Tensor *t, FlError *err)
     }
     free(tmp);
     return FL_OK;
+}
+
+int npy_write(const char *path, const Tensor *t, FlError *err)
+{
+    return npy_write_as(path, t, NPY_FLOAT32, err);
 }

@@ -1,5 +1,6 @@
 /* npy.h — reading and writing NumPy .npy files: little-endian float32 ('<f4'), C order, 0-4 dims;
- * little-endian int32 ('<i4') is read only where a case format names it (npy_read_as).
+ * little-endian int32 ('<i4') is read and written only where a case format names it (npy_read_as,
+ * npy_write_as).
  * Anything else (other dtype, Fortran order, bad or truncated header, truncated data, trailing
  * bytes) is refused with one line that names the file and the problem. */
 #ifndef FLASHLAB_NPY_H
@@ -22,6 +23,9 @@ int npy_read_as(const char *path, NpyDtype dtype, Tensor *t, FlError *err);
 /* Writes t to path atomically: into a temporary file in the same folder, then renamed, so a
  * failure never leaves a half-written file. Returns FL_OK or FL_BAD_INPUT. */
 int npy_write(const char *path, const Tensor *t, FlError *err);
+/* The same with the dtype written in the header: NPY_INT32 writes t->data's bytes as int32 (the
+ * block table and sequence lengths of a paged case, built by tests and fuzzers). */
+int npy_write_as(const char *path, const Tensor *t, NpyDtype dtype, FlError *err);
 
 #ifdef __cplusplus
 }

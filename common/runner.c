@@ -202,6 +202,8 @@ int runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnT
     if (!stats)
         stats = &local;
     memset(stats, 0, sizeof *stats);
+    const AttnProblem bounded = attn_problem_bounded(p);
+    p = &bounded;
     int rc = check_attention(impl, dir, p, err);
     if (rc != FL_OK)
         return rc;
@@ -242,7 +244,7 @@ static int alloc_outputs(const AttnProblem *p, Tensor out[OUT_COUNT], AttnTensor
         int ndim = output_shape(p, (OutputId)id, shape);
         if (tensor_alloc_poisoned(&out[id], ndim, shape) != 0) {
             free_outputs(out);
-            return fl_fail(err, FL_BAD_INPUT, "out of memory allocating %s for timing",
+            return fl_fail(err, FL_BAD_INPUT, "out of memory allocating %s",
                            output_file_name((OutputId)id));
         }
         *slot[id] = out[id].data;
@@ -251,6 +253,52 @@ static int alloc_outputs(const AttnProblem *p, Tensor out[OUT_COUNT], AttnTensor
 }
 
 /* The workspace one timed run needs: the forward's, or for DIR_BWD the larger of both passes'. */
+/* A small problem with p's head dims, head group, options and features: one sequence, one kv
+ * head, at most 64 queries and keys, zero inputs. Paged problems are not shrunk (0 returned). */
+enum { PREFLIGHT_T = 64 };
+static int preflight_problem(const AttnProblem *p, Direction dir, Tensor in[4], AttnProblem *small)
+{
+    if (p->page_size > 0)
+        return 0;
+    *small = *p;
+    small->B = 1, small->Hkv = 1, small->Hq = p->Hq / p->Hkv;
+    small->Tq = p->Tq < PREFLIGHT_T ? p->Tq : PREFLIGHT_T;
+    small->Tk = p->Tk < PREFLIGHT_T ? p->Tk : PREFLIGHT_T;
+    const int64_t shapes[4][4] = {{1, small->Hq, small->Tq, p->d}, {1, 1, small->Tk, p->d},
+                                  {1, 1, small->Tk, p->dv}, {1, small->Hq, small->Tq, p->dv}};
+    const float **slot[4] = {&small->q, &small->k, &small->v, &small->dout};
+    for (int i = 0; i < 4; i++) {
+        if (i == 3 && !(dir == DIR_BWD && p->dout)) {
+            small->dout = NULL;
+            continue;
+        }
+        if (tensor_alloc_poisoned(&in[i], 4, shapes[i]) != 0)
+            return -1;
+        memset(in[i].data, 0, tensor_bytes(&in[i]));
+        *slot[i] = in[i].data;
+    }
+    return 1;
+}
+
+int runner_preflight(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *opts,
+                     FlError *err)
+{
+    Tensor in[4] = {{0}}, out[OUT_COUNT] = {{0}};
+    AttnProblem small;
+    AttnTensors t;
+    int made = preflight_problem(p, dir, in, &small), rc = FL_OK;
+    if (made < 0)
+        rc = fl_fail(err, FL_BAD_INPUT, "out of memory for the preflight run");
+    if (made > 0 && rc == FL_OK)
+        rc = alloc_outputs(&small, out, &t, err);
+    if (made > 0 && rc == FL_OK)
+        rc = runner_run(impl, dir, &small, &t, opts, NULL, err);
+    free_outputs(out);
+    for (int i = 0; i < 4; i++)
+        tensor_free(&in[i]);
+    return rc;
+}
+
 static size_t timed_workspace_size(const StageImpl *impl, const AttnProblem *p, const RunCtx *ctx,
                                    Direction dir)
 {
@@ -339,6 +387,8 @@ int runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, cons
     if (dir == DIR_BWD && (!p->dout || !impl->backward))
         return fl_fail(err, FL_BAD_INPUT, "stage %s (%s): timing the backward pass needs dO and a backward",
                        impl->stage, impl->name);
+    const AttnProblem bounded = attn_problem_bounded(p);
+    p = &bounded;
     int rc = check_attention(impl, dir, p, err);
     if (rc != FL_OK)
         return rc;

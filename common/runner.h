@@ -40,6 +40,13 @@ RunCtx runner_ctx_defaults(const RunCtx *opts);
 int runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnTensors *t,
                const RunCtx *opts, RunStats *stats, FlError *err);
 
+/* Runs impl once on a small problem with p's head dims, head group and options (one sequence, one
+ * kv head, at most 64 queries and keys, zero inputs; paged problems are passed through untouched)
+ * and returns what that run returned. A stage that refuses p's head dims or tile configuration
+ * (SRAM size, shared memory) thus refuses before the caller allocates large outputs. */
+int runner_preflight(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *opts,
+                     FlError *err);
+
 /* Median wall time in ms of reps timed runs after warmup runs, counting off. DIR_FWD times the
  * forward pass; DIR_BWD times forward + backward together (each run: the forward pass, then the
  * backward pass reading that forward's o and lse), as the FlashAttention benchmarks report it.

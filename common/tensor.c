@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 size_t tensor_numel(const Tensor *t)
 {
@@ -72,5 +73,37 @@ const char *tensor_shape_str(const Tensor *t, char *buf, size_t len)
         return buf;
     /* NumPy writes a 1-d shape as "(5,)" */
     snprintf(buf + used, len - used, t->ndim == 1 ? ",)" : ")");
+    return buf;
+}
+
+size_t tensor_count_nonfinite(const Tensor *t, size_t *first)
+{
+    size_t n = tensor_numel(t), count = 0;
+    for (size_t i = 0; i < n && t->data; i++)
+        if (!isfinite(t->data[i]) && count++ == 0 && first)
+            *first = i;
+    return count;
+}
+
+const char *tensor_index_str(const Tensor *t, size_t flat, char *buf, size_t len)
+{
+    int64_t index[TENSOR_MAX_DIMS] = {0};
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        size_t dim = t->shape[i] > 0 ? (size_t)t->shape[i] : 1;
+        index[i] = (int64_t)(flat % dim);
+        flat /= dim;
+    }
+    Tensor as_shape = {NULL, t->ndim, {0}};
+    for (int i = 0; i < t->ndim; i++)
+        as_shape.shape[i] = index[i];
+    tensor_shape_str(&as_shape, buf, len);
+    if (len > 0 && buf[0] == '(') { /* "[0, 3, 1]": an index, not a shape */
+        size_t n = strlen(buf);
+        buf[0] = '[';
+        if (n >= 2 && buf[n - 2] == ',' && buf[n - 1] == ')') /* a 1-d "(5,)" */
+            buf[n - 2] = ']', buf[n - 1] = '\0';
+        else if (n >= 1 && buf[n - 1] == ')')
+            buf[n - 1] = ']';
+    }
     return buf;
 }
