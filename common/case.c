@@ -1,11 +1,13 @@
-/* case.c — loading and validating a case folder (DESIGN §4).
+/* case.c — loading a case folder: the kind it is (kind.h), what every kind shares (case.json, the
+ * tensors and their shape checks, the non-finite warning, the --out rule), and the attention kind's
+ * own folders (docs/conventions.md).
  *
  * case.json is optional: a missing file means every option takes its default (not causal,
- * window 0, sink_tokens 0, scale 1/sqrt(d), empty description; for an MLA case rope_theta 10000).
- * When present it must be a flat JSON object with only the keys below; anything else is refused,
- * naming case.json and the key. A folder holding ckv.npy is an MLA case (stage 09), one holding
- * k_pages.npy a paged decode case (stage 11). */
+ * window 0, sink_tokens 0, scale 1/sqrt(d), empty description). When present it must be a flat
+ * JSON object with only the keys a kind allows; anything else is refused, naming case.json and the
+ * key. A folder holding k_pages.npy is a paged decode case (stage 11). */
 #include "case.h"
+#include "kind.h"
 #include "files.h"
 #include "npy.h"
 
@@ -92,7 +94,7 @@ static int bad_option(const char *path, const cJSON *item, const char *rule, FlE
 }
 
 /* The option kinds the keys share: a bool, a finite float > 0, the description string. */
-static int bool_option(const char *path, const cJSON *item, int *out, FlError *err)
+int case_option_bool(const char *path, const struct cJSON *item, int *out, FlError *err)
 {
     if (!cJSON_IsBool(item))
         return bad_option(path, item, "true or false", err);
@@ -100,7 +102,7 @@ static int bool_option(const char *path, const cJSON *item, int *out, FlError *e
     return FL_OK;
 }
 
-static int positive_option(const char *path, const cJSON *item, float *out, FlError *err)
+int case_option_positive(const char *path, const struct cJSON *item, float *out, FlError *err)
 {
     float x = cJSON_IsNumber(item) ? (float)item->valuedouble : 0.0f;
     if (!isfinite(x) || x <= 0.0f) /* also refuses what float32 cannot hold */
@@ -109,7 +111,7 @@ static int positive_option(const char *path, const cJSON *item, float *out, FlEr
     return FL_OK;
 }
 
-static int description_option(Case *c, const char *path, const cJSON *item, FlError *err)
+int case_option_description(Case *c, const char *path, const struct cJSON *item, FlError *err)
 {
     if (!cJSON_IsString(item))
         return bad_option(path, item, "a string", err);
@@ -117,29 +119,18 @@ static int description_option(Case *c, const char *path, const cJSON *item, FlEr
     return FL_OK;
 }
 
-/* The keys of an MLA case: causal, rope_theta, description. */
-static int apply_mla_option(Case *c, const char *path, const cJSON *item, FlError *err)
+int case_option_unknown(const char *path, const char *key, const char *kind_words, const char *allowed,
+                        FlError *err)
 {
-    const char *key = item->string;
-    if (strcmp(key, "causal") == 0)
-        return bool_option(path, item, &c->mla.causal, err);
-    if (strcmp(key, "rope_theta") == 0)
-        return positive_option(path, item, &c->mla.rope_theta, err);
-    if (strcmp(key, "description") == 0)
-        return description_option(c, path, item, err);
-    return fl_fail(err, FL_BAD_INPUT,
-                   "%s: unknown key '%s' for an MLA case (allowed: causal, rope_theta, description)", path,
-                   key);
+    return fl_fail(err, FL_BAD_INPUT, "%s: unknown key '%s'%s (allowed: %s)", path, key, kind_words, allowed);
 }
 
 static int apply_option(Case *c, const char *path, const cJSON *item, FlError *err)
 {
     const char *key = item->string;
     AttnProblem *p = &c->problem;
-    if (c->is_mla)
-        return apply_mla_option(c, path, item, err);
     if (strcmp(key, "causal") == 0)
-        return bool_option(path, item, &p->causal, err);
+        return case_option_bool(path, item, &p->causal, err);
     if (strcmp(key, "window") == 0)
         return json_nonneg_int(item, &p->window) != 0
                    ? bad_option(path, item, "an integer >= 0 (0 = no window)", err)
@@ -149,19 +140,21 @@ static int apply_option(Case *c, const char *path, const cJSON *item, FlError *e
                                                             : FL_OK;
     if (strcmp(key, "scale") == 0) {
         c->has_scale = 1;
-        return positive_option(path, item, &p->scale, err);
+        return case_option_positive(path, item, &p->scale, err);
     }
     if (strcmp(key, "description") == 0)
-        return description_option(c, path, item, err);
+        return case_option_description(c, path, item, err);
     if (c->is_paged && strcmp(key, "page_size") == 0)
         return json_nonneg_int(item, &p->page_size) != 0 || p->page_size == 0
                    ? bad_option(path, item, "an integer >= 1", err)
                    : FL_OK;
-    return fl_fail(err, FL_BAD_INPUT, "%s: unknown key '%s' (allowed: causal, window, sink_tokens, scale, description%s)",
-                   path, key, c->is_paged ? ", page_size" : "");
+    return case_option_unknown(path, key, "",
+                               c->is_paged ? "causal, window, sink_tokens, scale, description, page_size"
+                                           : "causal, window, sink_tokens, scale, description",
+                               err);
 }
 
-static int load_options(Case *c, FlError *err)
+int case_read_options(Case *c, CaseOptionFn apply, FlError *err)
 {
     char path[PATH_LEN];
     join_path(path, c->dir, "case.json");
@@ -190,7 +183,7 @@ static int load_options(Case *c, FlError *err)
             if (strcmp(before->string, item->string) == 0)
                 rc = fl_fail(err, FL_BAD_INPUT, "%s: key '%s' appears twice", path, item->string);
         if (!rc)
-            rc = apply_option(c, path, item, err);
+            rc = apply(c, path, item, err);
     }
     cJSON_Delete(root);
     return rc;
@@ -198,7 +191,7 @@ static int load_options(Case *c, FlError *err)
 
 /* ---- tensors --------------------------------------------------------------------------- */
 
-static int load_tensor(const Case *c, const char *file, int required, Tensor *t, FlError *err)
+int case_load_tensor(const Case *c, const char *file, int required, Tensor *t, FlError *err)
 {
     char path[PATH_LEN];
     join_path(path, c->dir, file);
@@ -211,7 +204,7 @@ static int load_tensor(const Case *c, const char *file, int required, Tensor *t,
 }
 
 /* Checks that t (file) has exactly ndim dimensions, each in [1, INT_MAX]. */
-static int check_sizes(const Case *c, const char *file, const Tensor *t, int ndim,
+int case_check_ndim(const Case *c, const char *file, const Tensor *t, int ndim,
                        const char *names, FlError *err)
 {
     char shape[128];
@@ -239,7 +232,7 @@ static int check_same(const Case *c, const char *fa, const Tensor *a, int da, co
                    fa, sa, fb, sb, what, (long long)a->shape[da], (long long)b->shape[db]);
 }
 
-static int check_shape_is(const Case *c, const char *file, const Tensor *t, const int64_t *shape,
+int case_check_shape(const Case *c, const char *file, const Tensor *t, const int64_t *shape,
                           int ndim, FlError *err)
 {
     int same = t->ndim == ndim;
@@ -259,11 +252,11 @@ static int check_shape_is(const Case *c, const char *file, const Tensor *t, cons
 static int validate_inputs(const Case *c, FlError *err)
 {
     const Tensor *q = &c->q, *k = &c->k, *v = &c->v;
-    int rc = check_sizes(c, "q.npy", q, 4, "(B, Hq, Tq, d)", err);
+    int rc = case_check_ndim(c, "q.npy", q, 4, "(B, Hq, Tq, d)", err);
     if (!rc)
-        rc = check_sizes(c, "k.npy", k, 4, "(B, Hkv, Tk, d)", err);
+        rc = case_check_ndim(c, "k.npy", k, 4, "(B, Hkv, Tk, d)", err);
     if (!rc)
-        rc = check_sizes(c, "v.npy", v, 4, "(B, Hkv, Tk, dv)", err);
+        rc = case_check_ndim(c, "v.npy", v, 4, "(B, Hkv, Tk, dv)", err);
     if (!rc)
         rc = check_same(c, "q.npy", q, 0, "k.npy", k, 0, "B", err);
     if (!rc)
@@ -308,16 +301,16 @@ static void fill_problem(Case *c)
 static int load_optional_inputs(Case *c, FlError *err)
 {
     int64_t shape[TENSOR_MAX_DIMS];
-    int rc = load_tensor(c, "do.npy", 0, &c->dout, err);
+    int rc = case_load_tensor(c, "do.npy", 0, &c->dout, err);
     if (!rc && c->dout.data) {
         int ndim = output_shape(&c->problem, OUT_O, shape);
-        rc = check_shape_is(c, "do.npy", &c->dout, shape, ndim, err);
+        rc = case_check_shape(c, "do.npy", &c->dout, shape, ndim, err);
     }
     if (!rc)
-        rc = load_tensor(c, "sinks.npy", 0, &c->sinks, err);
+        rc = case_load_tensor(c, "sinks.npy", 0, &c->sinks, err);
     if (!rc && c->sinks.data) {
         shape[0] = c->problem.Hq;
-        rc = check_shape_is(c, "sinks.npy", &c->sinks, shape, 1, err);
+        rc = case_check_shape(c, "sinks.npy", &c->sinks, shape, 1, err);
     }
     return rc;
 }
@@ -328,12 +321,12 @@ static int load_expected(Case *c, FlError *err)
         if (!output_present(&c->problem, (OutputId)id))
             continue;
         const char *file = output_file_name((OutputId)id);
-        int rc = load_tensor(c, file, 1, &c->expected[id], err);
+        int rc = case_load_tensor(c, file, 1, &c->expected[id], err);
         if (rc)
             return rc;
         int64_t shape[TENSOR_MAX_DIMS];
         int ndim = output_shape(&c->problem, (OutputId)id, shape);
-        rc = check_shape_is(c, file, &c->expected[id], shape, ndim, err);
+        rc = case_check_shape(c, file, &c->expected[id], shape, ndim, err);
         if (rc)
             return rc;
     }
@@ -403,7 +396,7 @@ static int check_sizes_fit(const Case *c, FlError *err)
 }
 
 /* One warning line per input file holding NaN or Inf; returns how many files did. */
-static int warn_nonfinite(const Case *c, const char *file, const Tensor *t)
+int case_warn_nonfinite(const Case *c, const char *file, const Tensor *t)
 {
     size_t first = 0, count = tensor_count_nonfinite(t, &first);
     if (count == 0)
@@ -418,86 +411,13 @@ static int warn_nonfinite(const Case *c, const char *file, const Tensor *t)
 
 static int warn_nonfinite_inputs(const Case *c)
 {
-    int files = 0;
-    if (c->is_mla) {
-        for (int id = 0; id < MLA_INPUT_COUNT; id++)
-            files += warn_nonfinite(c, mla_file_name(id), &c->mla_in[id]);
-        return files;
-    }
     const char *kv = c->is_paged ? "_pages" : "";
     char kname[32], vname[32];
     snprintf(kname, sizeof kname, "k%s.npy", kv);
     snprintf(vname, sizeof vname, "v%s.npy", kv);
-    files += warn_nonfinite(c, "q.npy", &c->q);
-    files += warn_nonfinite(c, kname, &c->k);
-    files += warn_nonfinite(c, vname, &c->v);
-    files += warn_nonfinite(c, "do.npy", &c->dout);
-    files += warn_nonfinite(c, "sinks.npy", &c->sinks);
-    return files;
-}
-
-/* ---- MLA cases (stage 09) ---------------------------------------------------------------- */
-
-/* Sizes from x, ckv, kpe, w_dq, w_uq and w_uv; then every file must have exactly its shape. */
-static int validate_mla(Case *c, FlError *err)
-{
-    static const struct {
-        int id, ndim;
-        const char *names;
-    } dims[] = {{MLA_X, 3, "(B, Tq, D)"},      {MLA_CKV, 3, "(B, Tk, m)"},
-                {MLA_KPE, 3, "(B, Tk, p)"},    {MLA_W_DQ, 2, "(D, mq)"},
-                {MLA_W_UQ, 3, "(mq, H, dh)"},  {MLA_W_UV, 3, "(m, H, dv)"}};
-    const Tensor *in = c->mla_in;
-    int rc = FL_OK;
-    for (size_t i = 0; !rc && i < sizeof dims / sizeof dims[0]; i++)
-        rc = check_sizes(c, mla_file_name(dims[i].id), &in[dims[i].id], dims[i].ndim, dims[i].names,
-                         err);
-    if (rc)
-        return rc;
-    MlaProblem *p = &c->mla;
-    p->B = (int)in[MLA_X].shape[0], p->Tq = (int)in[MLA_X].shape[1], p->D = (int)in[MLA_X].shape[2];
-    p->Tk = (int)in[MLA_CKV].shape[1], p->m = (int)in[MLA_CKV].shape[2];
-    p->p = (int)in[MLA_KPE].shape[2];
-    p->mq = (int)in[MLA_W_DQ].shape[1];
-    p->H = (int)in[MLA_W_UQ].shape[1], p->dh = (int)in[MLA_W_UQ].shape[2];
-    p->dv = (int)in[MLA_W_UV].shape[2];
-    for (int id = 0; !rc && id < MLA_INPUT_COUNT; id++) {
-        int64_t shape[4];
-        int ndim = mla_shape(p, id, shape);
-        rc = check_shape_is(c, mla_file_name(id), &in[id], shape, ndim, err);
-    }
-    if (rc)
-        return rc;
-    if (p->p % 2 != 0)
-        return fl_fail(err, FL_BAD_INPUT, "%s/kpe.npy: the RoPE width p = %d must be even (rotated pairs)",
-                       c->dir, p->p);
-    if (p->Tq > p->Tk)
-        return fl_fail(err, FL_BAD_INPUT,
-                       "%s: x.npy has Tq = %d new tokens but ckv.npy only Tk = %d cache entries; the "
-                       "cache holds the new tokens, so Tq <= Tk",
-                       c->dir, p->Tq, p->Tk);
-    p->scale = (float)(1.0 / sqrt((double)(p->dh + p->p)));
-    for (int id = 0; id < MLA_INPUT_COUNT; id++)
-        p->in[id] = in[id].data;
-    return FL_OK;
-}
-
-static int load_mla(Case *c, int want_expected, FlError *err)
-{
-    int rc = FL_OK;
-    for (int id = 0; !rc && id < MLA_INPUT_COUNT; id++)
-        rc = load_tensor(c, mla_file_name(id), 1, &c->mla_in[id], err);
-    if (!rc)
-        rc = validate_mla(c, err);
-    if (rc || !want_expected)
-        return rc;
-    rc = load_tensor(c, "y.npy", 1, &c->mla_y, err);
-    if (!rc) {
-        int64_t shape[4];
-        int ndim = mla_shape(&c->mla, MLA_INPUT_COUNT, shape);
-        rc = check_shape_is(c, "y.npy", &c->mla_y, shape, ndim, err);
-    }
-    return rc;
+    return case_warn_nonfinite(c, "q.npy", &c->q) + case_warn_nonfinite(c, kname, &c->k) +
+           case_warn_nonfinite(c, vname, &c->v) + case_warn_nonfinite(c, "do.npy", &c->dout) +
+           case_warn_nonfinite(c, "sinks.npy", &c->sinks);
 }
 
 /* ---- paged decode cases (stage 11) -------------------------------------------------------- */
@@ -507,15 +427,15 @@ static int load_mla(Case *c, int want_expected, FlError *err)
 static int validate_paged_shapes(const Case *c, FlError *err)
 {
     const Tensor *q = &c->q, *k = &c->k, *v = &c->v, *bt = &c->block_table, *sl = &c->seq_lens;
-    int rc = check_sizes(c, "q.npy", q, 4, "(B, Hq, Tq, d)", err);
+    int rc = case_check_ndim(c, "q.npy", q, 4, "(B, Hq, Tq, d)", err);
     if (!rc)
-        rc = check_sizes(c, "k_pages.npy", k, 4, "(P, page_size, Hkv, d)", err);
+        rc = case_check_ndim(c, "k_pages.npy", k, 4, "(P, page_size, Hkv, d)", err);
     if (!rc)
-        rc = check_sizes(c, "v_pages.npy", v, 4, "(P, page_size, Hkv, dv)", err);
+        rc = case_check_ndim(c, "v_pages.npy", v, 4, "(P, page_size, Hkv, dv)", err);
     if (!rc)
-        rc = check_sizes(c, "block_table.npy", bt, 2, "(B, max_pages)", err);
+        rc = case_check_ndim(c, "block_table.npy", bt, 2, "(B, max_pages)", err);
     if (!rc)
-        rc = check_sizes(c, "seq_lens.npy", sl, 1, "(B)", err);
+        rc = case_check_ndim(c, "seq_lens.npy", sl, 1, "(B)", err);
     for (int dim = 0; dim < 3 && !rc; dim++) {
         static const char *const what[3] = {"P", "page_size", "Hkv"};
         rc = check_same(c, "k_pages.npy", k, dim, "v_pages.npy", v, dim, what[dim], err);
@@ -594,11 +514,11 @@ static int load_paged(Case *c, int want_expected, FlError *err)
     if (has_dout != 0)
         return has_dout < 0 ? FL_BAD_INPUT
                             : fl_fail(err, FL_BAD_INPUT, "%s: paged decode cases are forward only; remove do.npy", path);
-    int rc = load_tensor(c, "q.npy", 1, &c->q, err);
+    int rc = case_load_tensor(c, "q.npy", 1, &c->q, err);
     if (!rc)
-        rc = load_tensor(c, "k_pages.npy", 1, &c->k, err);
+        rc = case_load_tensor(c, "k_pages.npy", 1, &c->k, err);
     if (!rc)
-        rc = load_tensor(c, "v_pages.npy", 1, &c->v, err);
+        rc = case_load_tensor(c, "v_pages.npy", 1, &c->v, err);
     for (int i = 0; i < 2 && !rc; i++) {
         join_path(path, c->dir, i == 0 ? "block_table.npy" : "seq_lens.npy");
         rc = npy_read_as(path, NPY_INT32, i == 0 ? &c->block_table : &c->seq_lens, err);
@@ -606,10 +526,10 @@ static int load_paged(Case *c, int want_expected, FlError *err)
     if (!rc)
         rc = validate_paged_shapes(c, err);
     if (!rc)
-        rc = load_tensor(c, "sinks.npy", 0, &c->sinks, err);
+        rc = case_load_tensor(c, "sinks.npy", 0, &c->sinks, err);
     if (!rc && c->sinks.data) {
         const int64_t shape[1] = {c->q.shape[1]};
-        rc = check_shape_is(c, "sinks.npy", &c->sinks, shape, 1, err);
+        rc = case_check_shape(c, "sinks.npy", &c->sinks, shape, 1, err);
     }
     if (rc)
         return rc;
@@ -632,31 +552,23 @@ static void set_dir_and_name(Case *c, const char *dir)
     copy_string(c->name, sizeof c->name, slash && slash[1] ? slash + 1 : c->dir);
 }
 
-static int load_all(const char *dir, int want_expected, Case *c, FlError *err)
+/* The attention kind's folders: contiguous q, k, v, or a paged cache (k_pages.npy). */
+static int load_attention(Case *c, int want_expected, FlError *err)
 {
-    if (strlen(dir) >= sizeof c->dir)
-        return fl_fail(err, FL_BAD_INPUT, "%.200s...: case folder path too long", dir);
-    set_dir_and_name(c, dir);
     char marker[PATH_LEN];
-    join_path(marker, c->dir, "ckv.npy");
-    c->is_mla = fl_path_exists(marker, err);
     join_path(marker, c->dir, "k_pages.npy");
-    c->is_paged = c->is_mla == 0 ? fl_path_exists(marker, err) : 0;
-    if (c->is_mla < 0 || c->is_paged < 0)
+    c->is_paged = fl_path_exists(marker, err);
+    if (c->is_paged < 0)
         return FL_BAD_INPUT;
-    c->mla.rope_theta = 10000.0f;
-
-    int rc = load_options(c, err);
-    if (!rc && c->is_mla)
-        return load_mla(c, want_expected, err);
+    int rc = case_read_options(c, apply_option, err);
     if (!rc && c->is_paged)
         return load_paged(c, want_expected, err);
     if (!rc)
-        rc = load_tensor(c, "q.npy", 1, &c->q, err);
+        rc = case_load_tensor(c, "q.npy", 1, &c->q, err);
     if (!rc)
-        rc = load_tensor(c, "k.npy", 1, &c->k, err);
+        rc = case_load_tensor(c, "k.npy", 1, &c->k, err);
     if (!rc)
-        rc = load_tensor(c, "v.npy", 1, &c->v, err);
+        rc = case_load_tensor(c, "v.npy", 1, &c->v, err);
     if (!rc)
         rc = validate_inputs(c, err);
     if (rc)
@@ -672,19 +584,15 @@ static int load_all(const char *dir, int want_expected, Case *c, FlError *err)
     return !rc && want_expected ? load_expected(c, err) : rc;
 }
 
-int case_load(const char *dir, int want_expected, Case *c, FlError *err)
+int case_load_attention(Case *c, int want_expected, FlError *err)
 {
-    memset(c, 0, sizeof *c);
-    int rc = load_all(dir, want_expected, c, err);
-    if (rc) {
-        case_free(c);
-        return FL_BAD_INPUT;
-    }
-    c->nonfinite_inputs = warn_nonfinite_inputs(c);
-    return FL_OK;
+    int rc = load_attention(c, want_expected, err);
+    if (rc == FL_OK)
+        c->nonfinite_inputs = warn_nonfinite_inputs(c);
+    return rc;
 }
 
-void case_free(Case *c)
+void case_free_attention(Case *c)
 {
     tensor_free(&c->q);
     tensor_free(&c->k);
@@ -695,27 +603,58 @@ void case_free(Case *c)
     tensor_free(&c->seq_lens);
     for (int id = 0; id < OUT_COUNT; id++)
         tensor_free(&c->expected[id]);
-    for (int id = 0; id < MLA_INPUT_COUNT; id++)
-        tensor_free(&c->mla_in[id]);
-    tensor_free(&c->mla_y);
     memset(&c->problem, 0, sizeof c->problem);
-    memset(&c->mla, 0, sizeof c->mla);
+}
+
+/* ---- any kind ----------------------------------------------------------------------------- */
+
+/* The kind of folder dir: the first kind whose marker file is there, else the default kind. */
+static const CaseKind *folder_kind(const char *dir, FlError *err)
+{
+    const CaseKind *const *kinds = case_kinds();
+    for (int i = 0; kinds[i]; i++) {
+        if (!kinds[i]->marker)
+            return kinds[i];
+        char marker[PATH_LEN];
+        join_path(marker, dir, kinds[i]->marker);
+        int there = fl_path_exists(marker, err);
+        if (there != 0)
+            return there > 0 ? kinds[i] : NULL;
+    }
+    return NULL;
+}
+
+int case_load(const char *dir, int want_expected, Case *c, FlError *err)
+{
+    memset(c, 0, sizeof *c);
+    if (strlen(dir) >= sizeof c->dir)
+        return fl_fail(err, FL_BAD_INPUT, "%.200s...: case folder path too long", dir);
+    set_dir_and_name(c, dir);
+    c->kind = folder_kind(c->dir, err);
+    if (!c->kind || c->kind->load(c, want_expected, err) != FL_OK) {
+        case_free(c);
+        return FL_BAD_INPUT;
+    }
+    return FL_OK;
+}
+
+void case_free(Case *c)
+{
+    if (c->kind)
+        c->kind->release(c);
+    c->kind_data = NULL;
 }
 
 /* ---- the folder `flashlab run --out` writes into ------------------------------------------ */
 
-/* Is name a file some case kind reads as an input (or case.json)? */
+/* Is name a file some case kind reads as an input (case.json included)? */
 static int is_case_input(const char *name)
 {
-    static const char *const files[] = {"case.json",  "q.npy",           "k.npy",        "v.npy",
-                                        "do.npy",     "sinks.npy",       "k_pages.npy",  "v_pages.npy",
-                                        "block_table.npy", "seq_lens.npy"};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
-        if (strcmp(name, files[i]) == 0)
-            return 1;
-    for (int id = 0; id < MLA_INPUT_COUNT; id++)
-        if (strcmp(name, mla_file_name(id)) == 0)
-            return 1;
+    const CaseKind *const *kinds = case_kinds();
+    for (int i = 0; kinds[i]; i++)
+        for (const char *const *f = kinds[i]->input_files; *f; f++)
+            if (strcmp(name, *f) == 0)
+                return 1;
     return 0;
 }
 

@@ -185,7 +185,7 @@ static int check_kind(const StageImpl *impl, int mla, FlError *err)
 
 /* What runner_run and runner_time check before anything runs: the kind of problem, the features
  * and the head dims. */
-static int check_attention(const StageImpl *impl, Direction dir, const AttnProblem *p, FlError *err)
+int runner_check(const StageImpl *impl, Direction dir, const AttnProblem *p, FlError *err)
 {
     int rc = check_kind(impl, 0, err);
     if (rc == FL_OK)
@@ -204,7 +204,7 @@ int runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnT
     memset(stats, 0, sizeof *stats);
     const AttnProblem bounded = attn_problem_bounded(p);
     p = &bounded;
-    int rc = check_attention(impl, dir, p, err);
+    int rc = runner_check(impl, dir, p, err);
     if (rc != FL_OK)
         return rc;
     if (impl->device == DEVICE_CUDA)
@@ -225,14 +225,14 @@ int runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnT
 
 /* ---- timing --------------------------------------------------------------------------------- */
 
-static void free_outputs(Tensor out[OUT_COUNT])
+void runner_outputs_free(Tensor out[])
 {
     for (int id = 0; id < OUT_COUNT; id++)
         tensor_free(&out[id]);
 }
 
 /* Allocates every output the problem produces and points t at them. */
-static int alloc_outputs(const AttnProblem *p, Tensor out[OUT_COUNT], AttnTensors *t, FlError *err)
+int runner_outputs_alloc(const AttnProblem *p, Tensor out[], AttnTensors *t, FlError *err)
 {
     float **slot[OUT_COUNT] = {&t->o, &t->lse, &t->dq, &t->dk, &t->dv, &t->dsinks};
     memset(t, 0, sizeof *t);
@@ -243,7 +243,7 @@ static int alloc_outputs(const AttnProblem *p, Tensor out[OUT_COUNT], AttnTensor
         int64_t shape[TENSOR_MAX_DIMS];
         int ndim = output_shape(p, (OutputId)id, shape);
         if (tensor_alloc_poisoned(&out[id], ndim, shape) != 0) {
-            free_outputs(out);
+            runner_outputs_free(out);
             return fl_fail(err, FL_BAD_INPUT, "out of memory allocating %s",
                            output_file_name((OutputId)id));
         }
@@ -290,10 +290,10 @@ int runner_preflight(const StageImpl *impl, Direction dir, const AttnProblem *p,
     if (made < 0)
         rc = fl_fail(err, FL_BAD_INPUT, "out of memory for the preflight run");
     if (made > 0 && rc == FL_OK)
-        rc = alloc_outputs(&small, out, &t, err);
+        rc = runner_outputs_alloc(&small, out, &t, err);
     if (made > 0 && rc == FL_OK)
         rc = runner_run(impl, dir, &small, &t, opts, NULL, err);
-    free_outputs(out);
+    runner_outputs_free(out);
     for (int i = 0; i < 4; i++)
         tensor_free(&in[i]);
     return rc;
@@ -357,7 +357,7 @@ static int time_cpu(const StageImpl *impl, Direction dir, const AttnProblem *p, 
 {
     Tensor out[OUT_COUNT];
     AttnTensors t;
-    int rc = alloc_outputs(p, out, &t, err);
+    int rc = runner_outputs_alloc(p, out, &t, err);
     if (rc != FL_OK)
         return rc;
     RunCtx ctx = ctx_with_defaults(opts);
@@ -365,7 +365,7 @@ static int time_cpu(const StageImpl *impl, Direction dir, const AttnProblem *p, 
     AttnProblem run; /* bf16 copies made once, before the clock starts */
     rc = bf16_inputs(impl, p, dir == DIR_BWD, &run, err);
     if (rc != FL_OK) {
-        free_outputs(out);
+        runner_outputs_free(out);
         return rc;
     }
     rc = workspace_alloc(impl, timed_workspace_size(impl, &run, &ctx, dir), &ctx.workspace, err);
@@ -374,7 +374,7 @@ static int time_cpu(const StageImpl *impl, Direction dir, const AttnProblem *p, 
         rc = time_calls(attn_call, &call, warmup, reps, median, err);
     free(ctx.workspace);
     bf16_inputs_free(&run);
-    free_outputs(out);
+    runner_outputs_free(out);
     return rc;
 }
 
@@ -389,7 +389,7 @@ int runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, cons
                        impl->stage, impl->name);
     const AttnProblem bounded = attn_problem_bounded(p);
     p = &bounded;
-    int rc = check_attention(impl, dir, p, err);
+    int rc = runner_check(impl, dir, p, err);
     if (rc != FL_OK)
         return rc;
     if (impl->device == DEVICE_CUDA)

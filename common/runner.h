@@ -8,6 +8,7 @@
 #define FLASHLAB_RUNNER_H
 
 #include "attn.h"
+#include "tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -25,6 +26,15 @@ unsigned runner_missing_features(const StageImpl *impl, Direction dir, const Att
  * d == dv with d one of impl->head_dims (stage 12: 64 or 128). runner_run and runner_time refuse
  * the others with FL_UNSUPPORTED and one line naming the dims the stage runs. */
 int runner_head_dims_ok(const StageImpl *impl, const AttnProblem *p);
+
+/* FL_OK when impl runs p in dir; else FL_UNSUPPORTED naming the missing feature and the stage that
+ * adds it, or the head dims impl runs (or another kind's stage: one line saying which). */
+int runner_check(const StageImpl *impl, Direction dir, const AttnProblem *p, FlError *err);
+
+/* NaN-poisoned outputs of p (o, lse, and the gradients and dsinks p asks for) in out, pointed to by
+ * t; FL_OK, or FL_BAD_INPUT when out of memory (nothing left allocated). runner_outputs_free frees. */
+int runner_outputs_alloc(const AttnProblem *p, Tensor out[], AttnTensors *t, FlError *err);
+void runner_outputs_free(Tensor out[]);
 
 /* opts (may be NULL) with unset fields defaulted: sram_bytes = FLASHLAB_DEFAULT_SRAM_BYTES,
  * threads = default_thread_count(). The counters and workspace are left as they are. */

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,7 @@ int stage_run_program(const char *const argv[], const char *cwd, int out_fd, FlE
     if (pid < 0)
         return fl_fail(err, -1, "cannot start %s (%s)", argv[0], strerror(errno));
     if (pid == 0) {
+        signal(SIGPIPE, SIG_DFL); /* the caller may ignore it; the program should stop on a closed pipe */
         if ((!cwd || chdir(cwd) == 0) && (out_fd == STDOUT_FILENO || dup2(out_fd, STDOUT_FILENO) >= 0))
             execvp(argv[0], (char *const *)argv);
         fprintf(stderr, "cannot run the system '%s' (%s)\n", argv[0], strerror(errno));
@@ -133,7 +135,30 @@ int stage_run_program(const char *const argv[], const char *cwd, int out_fd, FlE
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR)
             return fl_fail(err, -1, "lost track of %s (%s)", argv[0], strerror(errno));
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGPIPE)
+        return STAGE_PIPE_CLOSED;
     if (!WIFEXITED(status) || WEXITSTATUS(status) == 127)
         return fl_fail(err, -1, "the system '%s' could not run or was killed", argv[0]);
     return WEXITSTATUS(status);
+}
+
+int stage_parent(const char *folder, char *parent, size_t len, FlError *err)
+{
+    char path[4400], line[STAGE_NAME_LEN] = "";
+    stage_path(folder, "PARENT", path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (f) { /* a track off the ladder names the stage it copies */
+        int got = fgets(line, sizeof line, f) != NULL;
+        fclose(f);
+        line[strcspn(line, " \t\r\n")] = '\0';
+        if (!got || !line[0])
+            return fl_fail(err, FL_BAD_INPUT, "%s: empty; it names the stage this one copies (e.g. 08_gqa)", path);
+        return stage_folder_find(line, parent, len, err);
+    }
+    const int number = atoi(folder); /* on the ladder: the stage before */
+    if (number <= 1)
+        return fl_fail(err, FL_BAD_INPUT, "stage %s is the first: it has no parent", folder);
+    char before[16];
+    snprintf(before, sizeof before, "%02d", number - 1);
+    return stage_folder_find(before, parent, len, err);
 }

@@ -31,6 +31,11 @@ int stage_arg_looks_like_stage(const char *arg);
  * FL_BAD_INPUT with a message in err when arg is not a stage or no such folder exists. */
 int stage_folder_find(const char *arg, char *folder, size_t len, FlError *err);
 
+/* The folder of the stage <folder> starts as a copy of: the one named in stages/<folder>/PARENT
+ * (a track off the ladder: 10 -> 08, 11 -> 10, 12 -> 08, 13 -> 08), else the stage numbered one
+ * less. FL_BAD_INPUT for stage 01 or a PARENT that names no stage. */
+int stage_parent(const char *folder, char *parent, size_t len, FlError *err);
+
 /* Path of stages/<folder>[/<file>] in the source tree. */
 void stage_path(const char *folder, const char *file, char *path, size_t len);
 
@@ -50,8 +55,10 @@ int stage_files_partner(const StageFiles *mine, int index, const StageFiles *oth
 int stage_copy_without_markers(const char *path, const char *out_path, FlError *err);
 
 /* Runs argv[0] (searched in PATH) in folder cwd (NULL: the current one) with its stdout on out_fd,
- * waits, and returns its exit status, or -1 with a message in err when it could not be run or was
- * killed. */
+ * waits, and returns its exit status; STAGE_PIPE_CLOSED when it stopped because the reader of its
+ * output went away (`flashlab diff | head`); -1 with a message in err when it could not be run or
+ * was killed otherwise. The program runs with SIGPIPE at its default, whatever the caller set. */
+enum { STAGE_PIPE_CLOSED = -2 };
 int stage_run_program(const char *const argv[], const char *cwd, int out_fd, FlError *err);
 
 #ifdef __cplusplus

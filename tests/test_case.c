@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "case.h"
+#include "kind_mla.h"
 #include "npy.h"
 #include "test_support.h"
 
@@ -68,11 +69,9 @@ static void write_inputs(const char *dir, int Hq, int Hkv)
 
 static int all_absent(const Case *c)
 {
-    int absent = !c->q.data && !c->k.data && !c->v.data && !c->dout.data && !c->sinks.data && !c->mla_y.data;
+    int absent = !c->q.data && !c->k.data && !c->v.data && !c->dout.data && !c->sinks.data && !c->kind_data;
     for (int i = 0; i < OUT_COUNT; i++)
         absent = absent && !c->expected[i].data;
-    for (int i = 0; i < MLA_INPUT_COUNT; i++)
-        absent = absent && !c->mla_in[i].data;
     return absent;
 }
 
@@ -295,18 +294,19 @@ static void test_mla_case(void)
     if (case_load(dir, 0, &c, &err) != FL_OK) {
         test_fail(__FILE__, __LINE__, "good MLA case refused: %s", err.msg);
     } else {
-        const MlaProblem *p = &c.mla;
-        EXPECT(c.is_mla && p->B == 2 && p->Tq == 2 && p->Tk == 5 && p->D == 6 && p->mq == 4 && p->H == 3);
+        const MlaProblem *p = mla_case_problem(&c);
+        EXPECT(p && c.kind == &kind_mla && p->B == 2 && p->Tq == 2 && p->Tk == 5 && p->D == 6 && p->mq == 4 && p->H == 3);
         EXPECT(p->dh == 4 && p->m == 5 && p->p == 2 && p->dv == 3 && !p->causal);
         EXPECT(p->rope_theta == 10000.0f && fabsf(p->scale - 1.0f / sqrtf(6.0f)) < 1e-7f);
-        EXPECT(p->in[MLA_W_O] == c.mla_in[MLA_W_O].data && !c.q.data);
+        EXPECT(p->in[MLA_W_O] == mla_case_input(&c, MLA_W_O)->data && !c.q.data);
         case_free(&c);
     }
     write_text(dir, "case.json", "{\"causal\": true, \"rope_theta\": 500, \"description\": \"mla\"}");
     if (case_load(dir, 0, &c, &err) != FL_OK) {
         test_fail(__FILE__, __LINE__, "MLA case with options refused: %s", err.msg);
     } else {
-        EXPECT(c.mla.causal && c.mla.rope_theta == 500.0f && !strcmp(c.description, "mla"));
+        const MlaProblem *p = mla_case_problem(&c);
+        EXPECT(p && p->causal && p->rope_theta == 500.0f && !strcmp(c.description, "mla"));
         case_free(&c);
     }
     expect_refused(dir, 1, "y.npy", "No such file", __LINE__); /* golden: y.npy required */
@@ -363,7 +363,7 @@ static void test_paged_case(void)
         test_fail(__FILE__, __LINE__, "golden paged case refused: %s", err.msg);
     } else {
         const AttnProblem *p = &c.problem;
-        EXPECT(c.is_paged && !c.is_mla && p->B == 3 && p->Hq == 8 && p->Hkv == 2 && p->Tq == 3);
+        EXPECT(c.is_paged && c.kind == &kind_attention && p->B == 3 && p->Hq == 8 && p->Hkv == 2 && p->Tq == 3);
         EXPECT(p->page_size == 8 && p->num_pages == 13 && p->max_pages == 7 && p->Tk == 41 && p->causal);
         EXPECT(p->seq_lens[0] == 3 && p->seq_lens[1] == 20 && p->seq_lens[2] == 41);
         EXPECT(p->block_table[0] >= 0 && p->block_table[1] == -1 && p->k == c.k.data);

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "case.h"
+#include "kind.h"
 #include "check.h"
 #include "runner.h"
 #include "test_support.h"
@@ -107,7 +108,7 @@ static void check_case(const char *dir, const Run runs[3], int *cases)
         return;
     }
     const AttnProblem *p = &c.problem;
-    if (c.is_mla || runner_missing_features(runs[0].impl, DIR_BWD, p) || !runner_head_dims_ok(runs[0].impl, p)) {
+    if (c.kind != &kind_attention || runner_missing_features(runs[0].impl, DIR_BWD, p) || !runner_head_dims_ok(runs[0].impl, p)) {
         case_free(&c);
         return; /* not a case stage 12 runs */
     }

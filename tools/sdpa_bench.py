@@ -33,7 +33,7 @@ import json
 import statistics
 import sys
 
-# flashlab bench --device cuda defaults (common/flashlab.c): B = 4, H = 16, T = 1024,4096,16384, d = 64,128
+# flashlab bench --device cuda defaults (common/cli/cmd_bench.c): B = 4, H = 16, T = 1024,4096,16384, d = 64,128
 DEFAULT_B, DEFAULT_H, DEFAULT_T, DEFAULT_D = 4, 16, "1024,4096,16384", "64,128"
 BACKENDS = ("EFFICIENT_ATTENTION", "MATH")
 BF16_BACKENDS = ("FLASH_ATTENTION", "CUDNN_ATTENTION")  # FlashAttention-2 and cuDNN: stage 12's reference

@@ -54,6 +54,7 @@
 
 #include "attn.h"
 #include "case.h"
+#include "kind.h"
 #include "check.h"
 #include "cuda_util.h"
 #include "error.h"
@@ -470,7 +471,7 @@ int run_cases(const StageImpl *impl, const Options &o, ncclComm_t comm)
             code = worse(code, FL_BAD_INPUT);
             continue;
         }
-        const bool wrong_kind = c.is_mla || (o.dir == DIR_BWD && !c.problem.dout) || !c.expected[OUT_O].data;
+        const bool wrong_kind = c.kind != &kind_attention || (o.dir == DIR_BWD && !c.problem.dout) || !c.expected[OUT_O].data;
         if (wrong_kind || runner_missing_features(impl, o.dir, &c.problem)) {
             skipped++;
         } else {

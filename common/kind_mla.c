@@ -1,0 +1,298 @@
+/* kind_mla.c — the MLA kind (stage 09): one step of a DeepSeek-V2-style layer on a latent cache.
+ *
+ * A folder holding ckv.npy is an MLA case: x.npy, ckv.npy, kpe.npy and the six w_*.npy weights
+ * (attn.h MlaProblem, docs/conventions.md "MLA cases"), y.npy expected, case.json with causal,
+ * rope_theta and description. A run writes y (B, Tq, D). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "kind_mla.h"
+#include "random.h"
+
+typedef struct {
+    Tensor in[MLA_INPUT_COUNT]; /* indexed by MlaInput */
+    Tensor y;                   /* expected (golden cases) */
+    MlaProblem p;               /* sizes, options and pointers into in */
+} MlaCase;
+
+static MlaCase *mla_of(const Case *c) { return (MlaCase *)c->kind_data; }
+
+/* ---- loading ---------------------------------------------------------------------------------- */
+
+static int apply_option(Case *c, const char *path, const cJSON *item, FlError *err)
+{
+    const char *key = item->string;
+    MlaProblem *p = &mla_of(c)->p;
+    if (strcmp(key, "causal") == 0)
+        return case_option_bool(path, item, &p->causal, err);
+    if (strcmp(key, "rope_theta") == 0)
+        return case_option_positive(path, item, &p->rope_theta, err);
+    if (strcmp(key, "description") == 0)
+        return case_option_description(c, path, item, err);
+    return case_option_unknown(path, key, " for an MLA case", "causal, rope_theta, description", err);
+}
+
+/* Sizes from x, ckv, kpe, w_dq, w_uq and w_uv; then every file must have exactly its shape. */
+static int validate(const Case *c, MlaCase *m, FlError *err)
+{
+    static const struct {
+        int id, ndim;
+        const char *names;
+    } dims[] = {{MLA_X, 3, "(B, Tq, D)"},     {MLA_CKV, 3, "(B, Tk, m)"},   {MLA_KPE, 3, "(B, Tk, p)"},
+                {MLA_W_DQ, 2, "(D, mq)"},     {MLA_W_UQ, 3, "(mq, H, dh)"}, {MLA_W_UV, 3, "(m, H, dv)"}};
+    const Tensor *in = m->in;
+    int rc = FL_OK;
+    for (size_t i = 0; !rc && i < sizeof dims / sizeof dims[0]; i++)
+        rc = case_check_ndim(c, mla_file_name(dims[i].id), &in[dims[i].id], dims[i].ndim, dims[i].names, err);
+    if (rc)
+        return rc;
+    MlaProblem *p = &m->p;
+    p->B = (int)in[MLA_X].shape[0], p->Tq = (int)in[MLA_X].shape[1], p->D = (int)in[MLA_X].shape[2];
+    p->Tk = (int)in[MLA_CKV].shape[1], p->m = (int)in[MLA_CKV].shape[2];
+    p->p = (int)in[MLA_KPE].shape[2];
+    p->mq = (int)in[MLA_W_DQ].shape[1];
+    p->H = (int)in[MLA_W_UQ].shape[1], p->dh = (int)in[MLA_W_UQ].shape[2];
+    p->dv = (int)in[MLA_W_UV].shape[2];
+    for (int id = 0; !rc && id < MLA_INPUT_COUNT; id++) {
+        int64_t shape[4];
+        int ndim = mla_shape(p, id, shape);
+        rc = case_check_shape(c, mla_file_name(id), &in[id], shape, ndim, err);
+    }
+    if (rc)
+        return rc;
+    if (p->p % 2 != 0)
+        return fl_fail(err, FL_BAD_INPUT, "%s/kpe.npy: the RoPE width p = %d must be even (rotated pairs)",
+                       c->dir, p->p);
+    if (p->Tq > p->Tk)
+        return fl_fail(err, FL_BAD_INPUT,
+                       "%s: x.npy has Tq = %d new tokens but ckv.npy only Tk = %d cache entries; the "
+                       "cache holds the new tokens, so Tq <= Tk",
+                       c->dir, p->Tq, p->Tk);
+    p->scale = (float)(1.0 / sqrt((double)(p->dh + p->p)));
+    for (int id = 0; id < MLA_INPUT_COUNT; id++)
+        p->in[id] = in[id].data;
+    return FL_OK;
+}
+
+static int load_files(Case *c, MlaCase *m, int want_expected, FlError *err)
+{
+    int rc = case_read_options(c, apply_option, err);
+    for (int id = 0; !rc && id < MLA_INPUT_COUNT; id++)
+        rc = case_load_tensor(c, mla_file_name(id), 1, &m->in[id], err);
+    if (!rc)
+        rc = validate(c, m, err);
+    if (rc || !want_expected)
+        return rc;
+    rc = case_load_tensor(c, "y.npy", 1, &m->y, err);
+    if (!rc) {
+        int64_t shape[4];
+        int ndim = mla_shape(&m->p, MLA_INPUT_COUNT, shape);
+        rc = case_check_shape(c, "y.npy", &m->y, shape, ndim, err);
+    }
+    return rc;
+}
+
+static void release(Case *c)
+{
+    MlaCase *m = mla_of(c);
+    if (!m)
+        return;
+    for (int id = 0; id < MLA_INPUT_COUNT; id++)
+        tensor_free(&m->in[id]);
+    tensor_free(&m->y);
+    free(m);
+    c->kind_data = NULL;
+}
+
+static int warn_nonfinite_inputs(const Case *c)
+{
+    int files = 0;
+    for (int id = 0; id < MLA_INPUT_COUNT; id++)
+        files += case_warn_nonfinite(c, mla_file_name(id), &mla_of(c)->in[id]);
+    return files;
+}
+
+static int load(Case *c, int want_expected, FlError *err)
+{
+    MlaCase *m = calloc(1, sizeof *m);
+    if (!m)
+        return fl_fail(err, FL_BAD_INPUT, "%s: out of memory", c->dir);
+    c->kind_data = m;
+    m->p.rope_theta = 10000.0f;
+    int rc = load_files(c, m, want_expected, err);
+    if (rc == FL_OK)
+        c->nonfinite_inputs = warn_nonfinite_inputs(c);
+    return rc;
+}
+
+/* ---- running ---------------------------------------------------------------------------------- */
+
+static int takes(const StageImpl *impl) { return impl->mla_forward != NULL; }
+
+static Direction direction(const StageImpl *impl, const Case *c, int want)
+{
+    (void)impl, (void)c, (void)want;
+    return DIR_FWD; /* an MLA step is forward only */
+}
+
+static int asks_backward(const Case *c)
+{
+    (void)c;
+    return 0;
+}
+
+static int supports(const StageImpl *impl, Direction dir, const Case *c, char *short_why, size_t len,
+                    FlError *why)
+{
+    (void)c;
+    if (dir == DIR_FWD)
+        return FL_OK;
+    snprintf(short_why, len, "forward only");
+    return fl_fail(why, FL_UNSUPPORTED, "stage %s (%s) computes an MLA step forward only: no backward pass",
+                   impl->stage, impl->name);
+}
+
+static int run(const StageImpl *impl, Direction dir, const Case *c, const RunCtx *ctx, KindRun *r,
+               FlError *err)
+{
+    (void)dir;
+    const MlaProblem *p = &mla_of(c)->p;
+    int64_t shape[4];
+    int ndim = mla_shape(p, MLA_INPUT_COUNT, shape);
+    memset(r, 0, sizeof *r);
+    r->count = 1;
+    r->file[0] = mla_file_name(MLA_INPUT_COUNT);
+    if (tensor_alloc_poisoned(&r->got[0], ndim, shape) != 0)
+        return fl_fail(err, FL_BAD_INPUT, "out of memory allocating y (%zu floats)", mla_numel(p, MLA_INPUT_COUNT));
+    return runner_run_mla(impl, p, r->got[0].data, ctx, &r->stats, err);
+}
+
+static int time_runs(const StageImpl *impl, Direction dir, const Case *c, const RunCtx *ctx, int warmup, int reps,
+                     double *ms, FlError *err)
+{
+    (void)dir;
+    return runner_time_mla(impl, &mla_of(c)->p, ctx, warmup, reps, ms, err);
+}
+
+static const Tensor *expected(const Case *c, const char *file)
+{
+    const Tensor *y = &mla_of(c)->y;
+    return strcmp(file, mla_file_name(MLA_INPUT_COUNT)) == 0 && y->data ? y : NULL;
+}
+
+/* FLOPs of one MLA step, counted the absorbed way for both variants (the work the problem needs;
+ * the naive variant does more): the query projections and the W_uk fold, the attention over the
+ * latent cache (2·(m + p) per query-key pair for scores, 2·m for P·ckv, per head), the W_uv fold and
+ * the output projection. */
+static double flops(const Case *c, Direction dir)
+{
+    (void)dir;
+    const MlaProblem *p = &mla_of(c)->p;
+    const double tokens = (double)p->B * p->Tq;
+    double pairs = (double)p->B * p->Tq * p->Tk;
+    if (p->causal) /* row i (position Tk - Tq + i) sees Tk - Tq + i + 1 keys */
+        pairs = (double)p->B * ((double)p->Tq * (p->Tk - p->Tq) + (double)p->Tq * (p->Tq + 1) / 2.0);
+    const double project = (double)p->D * p->mq + (double)p->mq * p->H * (p->dh + p->p) +
+                           (double)p->H * p->dh * p->m + (double)p->H * p->m * p->dv + (double)p->H * p->dv * p->D;
+    return 2.0 * tokens * project + 2.0 * pairs * p->H * (2.0 * p->m + p->p);
+}
+
+static const char *label(Direction dir)
+{
+    (void)dir;
+    return "mla";
+}
+
+static void columns(const Case *c, char *buf, size_t len)
+{
+    const MlaProblem *p = &mla_of(c)->p;
+    snprintf(buf, len, "%3d  %3d  %3s  %6d  %6d  %4d", p->B, p->H, "-", p->Tq, p->Tk, p->dh);
+}
+
+static void describe(const Case *c, char *buf, size_t len)
+{
+    const MlaProblem *p = &mla_of(c)->p;
+    snprintf(buf, len, "B=%d Tq=%d Tk=%d D=%d mq=%d H=%d dh=%d m=%d p=%d dv=%d%s", p->B, p->Tq, p->Tk, p->D,
+             p->mq, p->H, p->dh, p->m, p->p, p->dv, p->causal ? " causal" : "");
+}
+
+static void describe_json(const Case *c, FILE *f)
+{
+    const MlaProblem *p = &mla_of(c)->p;
+    fprintf(f, "\"B\": %d, \"Hq\": %d, \"Hkv\": 1, \"Tq\": %d, \"Tk\": %d, \"d\": %d, \"dv\": %d, \"causal\": %s, "
+               "\"mla\": {\"D\": %d, \"mq\": %d, \"m\": %d, \"p\": %d}, ",
+            p->B, p->H, p->Tq, p->Tk, p->dh, p->dv, p->causal ? "true" : "false", p->D, p->mq, p->m, p->p);
+}
+
+/* Seeded inputs: x, ckv, kpe ~ N(0, 1), each weight ~ N(0, 1/fan-in), with B, H, Tq (default T:
+ * prefill), Tk = T, dh = dv = d and m, p, D, mq from the shape (default DeepSeek-V2's 512, 64, 5120,
+ * 1536). */
+static int bench_case(const BenchShape *s, const StageImpl *impl, int T, int d, Direction dir, Case *c,
+                      FlError *err)
+{
+    (void)impl, (void)dir;
+    memset(c, 0, sizeof *c);
+    c->kind = &kind_mla;
+    MlaCase *m = calloc(1, sizeof *m);
+    if (!m)
+        return fl_fail(err, FL_BAD_INPUT, "out of memory for MLA inputs of T=%d d=%d", T, d);
+    c->kind_data = m;
+    MlaProblem *p = &m->p;
+    p->B = s->B, p->H = s->H, p->Tq = s->Tq > 0 ? s->Tq : T, p->Tk = T, p->dh = p->dv = d;
+    p->m = s->latent ? s->latent : 512, p->p = s->rope_dim ? s->rope_dim : 64;
+    p->D = s->model_dim ? s->model_dim : 5120, p->mq = s->q_rank ? s->q_rank : 1536;
+    p->causal = s->causal, p->rope_theta = 10000.0f;
+    p->scale = 1.0f / sqrtf((float)(p->dh + p->p));
+    if (p->Tq > p->Tk)
+        return fl_fail(err, FL_BAD_INPUT, "--Tq %d > --T %d: the cache holds the new tokens", p->Tq, p->Tk);
+    const int fan_in[MLA_INPUT_COUNT] = {1, 1, 1, p->D, p->mq, p->mq, p->m, p->m, p->H * p->dv};
+    Rng rng;
+    rng_seed(&rng, bench_seed(T, d));
+    for (int id = 0; id < MLA_INPUT_COUNT; id++) {
+        int64_t shape[4];
+        int ndim = mla_shape(p, id, shape);
+        if (tensor_alloc_poisoned(&m->in[id], ndim, shape) != 0)
+            return fl_fail(err, FL_BAD_INPUT, "out of memory for MLA inputs of T=%d d=%d", T, d);
+        rng_fill_normal(&rng, m->in[id].data, tensor_numel(&m->in[id]), 1.0f / sqrtf((float)fan_in[id]));
+        p->in[id] = m->in[id].data;
+    }
+    return FL_OK;
+}
+
+static const char *const input_files[] = {"case.json", "x.npy",    "ckv.npy",  "kpe.npy",  "w_dq.npy",
+                                          "w_uq.npy",  "w_qr.npy", "w_uk.npy", "w_uv.npy", "w_o.npy", NULL};
+
+const CaseKind kind_mla = {
+    .name = "mla",
+    .marker = "ckv.npy",
+    .tour_case = "mla_prefill_t24",
+    .input_files = input_files,
+    .load = load,
+    .release = release,
+    .takes = takes,
+    .direction = direction,
+    .asks_backward = asks_backward,
+    .supports = supports,
+    .run = run,
+    .time = time_runs,
+    .expected = expected,
+    .label = label,
+    .flops = flops,
+    .describe = describe,
+    .describe_json = describe_json,
+    .columns = columns,
+    .bench_case = bench_case,
+};
+
+const MlaProblem *mla_case_problem(const Case *c)
+{
+    return c->kind == &kind_mla && c->kind_data ? &mla_of(c)->p : NULL;
+}
+
+const Tensor *mla_case_input(const Case *c, int id)
+{
+    return c->kind == &kind_mla && c->kind_data && id >= 0 && id < MLA_INPUT_COUNT ? &mla_of(c)->in[id] : NULL;
+}
