@@ -425,96 +425,89 @@ extern "C" int cuda_runner_time(const StageImpl *impl, Direction dir, const Attn
     return rc;
 }
 
-/* ---- MLA (stage 09): its own inputs, one output y ------------------------------------------- */
+/* ---- a step of another kind (runner.h RunnerStep): inputs up, one output back ------------------- */
 
 typedef struct {
-    MlaProblem p;        /* sizes as given, pointers into device memory */
-    float *y;
+    const float *in[RUNNER_STEP_MAX_INPUTS]; /* device copies of the step's inputs */
+    float *out;
     unsigned long long *counter;
     void *workspace;
-} MlaDeviceRun;
+} StepDeviceRun;
 
-static void mla_run_free(MlaDeviceRun *r)
+static void step_run_free(StepDeviceRun *r)
 {
-    for (int id = 0; id < MLA_INPUT_COUNT; id++)
-        cudaFree((void *)r->p.in[id]);
-    cudaFree(r->y);
+    for (int i = 0; i < RUNNER_STEP_MAX_INPUTS; i++)
+        cudaFree((void *)r->in[i]);
+    cudaFree(r->out);
     cudaFree(r->counter);
     cudaFree(r->workspace);
     memset(r, 0, sizeof *r);
 }
 
-/* Inputs up, y poisoned, the counter and the stage's workspace allocated. */
-static int mla_run_setup(const StageImpl *impl, const MlaProblem *host, MlaDeviceRun *r,
-                         const RunCtx *ctx, size_t *extra_bytes, FlError *err)
+/* Inputs up, the output poisoned, the counter and the workspace allocated. */
+static int step_run_setup(const StageImpl *impl, const RunnerStep *s, StepDeviceRun *r, FlError *err)
 {
     memset(r, 0, sizeof *r);
-    r->p = *host;
     int rc = FL_OK;
-    for (int id = 0; id < MLA_INPUT_COUNT; id++) {
-        r->p.in[id] = NULL;
+    for (int i = 0; i < s->n_in && rc == FL_OK; i++) {
         float *dev = NULL;
-        char what[64];
-        snprintf(what, sizeof what, "copying %s to the device", mla_file_name(id));
-        if (rc == FL_OK)
-            rc = fl_cuda_upload_floats(&dev, host->in[id], mla_numel(host, id), what, err);
-        r->p.in[id] = dev;
+        char what[96];
+        snprintf(what, sizeof what, "copying %s to the device", s->in_name[i]);
+        rc = fl_cuda_upload_floats(&dev, s->in[i], s->in_numel[i], what, err);
+        r->in[i] = dev;
     }
     if (rc == FL_OK)
-        rc = alloc_poisoned(&r->y, mla_numel(host, MLA_INPUT_COUNT), "allocating y", err);
+        rc = alloc_poisoned(&r->out, s->out_numel, "allocating the output", err);
     if (rc == FL_OK)
         rc = fl_cuda_status(cudaMalloc((void **)&r->counter, 2 * sizeof(unsigned long long)),
                             "allocating the HBM counter", err);
-    size_t bytes = impl->mla_workspace_bytes ? impl->mla_workspace_bytes(&r->p, ctx) : 0;
-    if (extra_bytes)
-        *extra_bytes = bytes;
     if (rc == FL_OK)
-        rc = alloc_scratch(impl, &r->workspace, bytes, err);
+        rc = alloc_scratch(impl, &r->workspace, s->workspace_bytes, err);
     return rc;
 }
 
-extern "C" int cuda_runner_run_mla(const StageImpl *impl, const MlaProblem *p, float *y,
-                                   const RunCtx *opts, RunStats *stats, FlError *err)
+extern "C" int cuda_runner_run_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts,
+                                    RunStats *stats, FlError *err)
 {
     if (!cuda_device_available())
         return no_device(impl, err);
-    MlaDeviceRun r;
+    StepDeviceRun r;
     RunCtx ctx = device_ctx(opts);
-    int rc = mla_run_setup(impl, p, &r, &ctx, &stats->extra_bytes_fwd, err);
+    stats->extra_bytes_fwd = s->workspace_bytes;
+    int rc = step_run_setup(impl, s, &r, err);
     ctx.workspace = r.workspace;
     ctx.hbm_dev = r.counter;
     if (rc == FL_OK)
         rc = counter_zero(r.counter, err);
     if (rc == FL_OK)
-        rc = impl->mla_forward(&r.p, r.y, &ctx, err);
+        rc = s->fn(r.in, r.out, &ctx, s->arg, err);
     if (rc == FL_OK)
-        rc = fl_cuda_status(cudaDeviceSynchronize(), "the MLA step", err);
+        rc = fl_cuda_status(cudaDeviceSynchronize(), "the step", err);
     if (rc == FL_OK)
         rc = counter_read(r.counter, &stats->fwd, err);
     if (rc == FL_OK)
-        rc = download(y, r.y, mla_numel(p, MLA_INPUT_COUNT), "copying y to the host", err);
-    mla_run_free(&r);
+        rc = download(s->out, r.out, s->out_numel, "copying the output to the host", err);
+    step_run_free(&r);
     return rc;
 }
 
-extern "C" int cuda_runner_time_mla(const StageImpl *impl, const MlaProblem *p, const RunCtx *opts,
-                                    int warmup, int reps, double *median, FlError *err)
+extern "C" int cuda_runner_time_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, int warmup,
+                                     int reps, double *median, FlError *err)
 {
     if (!cuda_device_available())
         return no_device(impl, err);
     double *samples = (double *)malloc(sizeof(double) * (size_t)reps);
     if (!samples)
         return fl_fail(err, FL_BAD_INPUT, "out of memory for %d timing samples", reps);
-    MlaDeviceRun r;
+    StepDeviceRun r;
     RunCtx ctx = device_ctx(opts); /* counting off while timing */
-    int rc = mla_run_setup(impl, p, &r, &ctx, NULL, err);
+    int rc = step_run_setup(impl, s, &r, err);
     ctx.workspace = r.workspace;
     if (rc == FL_OK)
-        rc = time_with_events(warmup, reps, samples,
-                              [&]() { return impl->mla_forward(&r.p, r.y, &ctx, err); }, err);
+        rc = time_with_events(warmup, reps, samples, [&]() { return s->fn(r.in, r.out, &ctx, s->arg, err); }, err);
     if (rc == FL_OK)
         *median = median_ms(samples, reps);
-    mla_run_free(&r);
+    step_run_free(&r);
     free(samples);
     return rc;
 }

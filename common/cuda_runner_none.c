@@ -32,16 +32,16 @@ int cuda_runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p,
     return no_cuda(impl, err);
 }
 
-int cuda_runner_run_mla(const StageImpl *impl, const MlaProblem *p, float *y, const RunCtx *opts,
-                        RunStats *stats, FlError *err)
+int cuda_runner_run_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, RunStats *stats,
+                         FlError *err)
 {
-    (void)p, (void)y, (void)opts, (void)stats;
+    (void)s, (void)opts, (void)stats;
     return no_cuda(impl, err);
 }
 
-int cuda_runner_time_mla(const StageImpl *impl, const MlaProblem *p, const RunCtx *opts, int warmup,
-                         int reps, double *median, FlError *err)
+int cuda_runner_time_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, int warmup,
+                          int reps, double *median, FlError *err)
 {
-    (void)p, (void)opts, (void)warmup, (void)reps, (void)median;
+    (void)s, (void)opts, (void)warmup, (void)reps, (void)median;
     return no_cuda(impl, err);
 }

@@ -155,6 +155,60 @@ static int supports(const StageImpl *impl, Direction dir, const Case *c, char *s
                    impl->stage, impl->name);
 }
 
+/* The step the runner runs: the case's problem with its inputs where the runner put them. */
+typedef struct {
+    const StageImpl *impl;
+    const MlaProblem *p;
+} MlaStep;
+
+static int mla_step(const float *const *in, float *out, RunCtx *ctx, const void *arg, FlError *err)
+{
+    const MlaStep *step = arg;
+    MlaProblem p = *step->p;
+    for (int id = 0; id < MLA_INPUT_COUNT; id++)
+        p.in[id] = in[id];
+    return step->impl->mla_forward(&p, out, ctx, err);
+}
+
+static RunnerStep runner_step(const MlaStep *m, float *y, const RunCtx *ctx)
+{
+    RunnerStep s;
+    memset(&s, 0, sizeof s);
+    s.n_in = MLA_INPUT_COUNT;
+    for (int id = 0; id < MLA_INPUT_COUNT; id++) {
+        s.in[id] = m->p->in[id];
+        s.in_numel[id] = mla_numel(m->p, id);
+        s.in_name[id] = mla_file_name(id);
+    }
+    s.out = y;
+    s.out_numel = mla_numel(m->p, MLA_INPUT_COUNT);
+    const RunCtx defaults = runner_ctx_defaults(ctx);
+    s.workspace_bytes = m->impl->mla_workspace_bytes ? m->impl->mla_workspace_bytes(m->p, &defaults) : 0;
+    s.fn = mla_step;
+    s.arg = m;
+    return s;
+}
+
+int mla_run(const StageImpl *impl, const MlaProblem *p, float *y, const RunCtx *ctx, RunStats *stats, FlError *err)
+{
+    const MlaStep m = {impl, p};
+    const RunnerStep s = runner_step(&m, y, ctx);
+    return runner_run_step(impl, &s, ctx, stats, err);
+}
+
+int mla_time(const StageImpl *impl, const MlaProblem *p, const RunCtx *ctx, int warmup, int reps, double *ms,
+             FlError *err)
+{
+    float *y = malloc(mla_numel(p, MLA_INPUT_COUNT) * sizeof(float));
+    if (!y)
+        return fl_fail(err, FL_BAD_INPUT, "out of memory allocating y for timing");
+    const MlaStep m = {impl, p};
+    const RunnerStep s = runner_step(&m, y, ctx);
+    int rc = runner_time_step(impl, &s, ctx, warmup, reps, ms, err);
+    free(y);
+    return rc;
+}
+
 static int run(const StageImpl *impl, Direction dir, const Case *c, const RunCtx *ctx, KindRun *r,
                FlError *err)
 {
@@ -167,14 +221,14 @@ static int run(const StageImpl *impl, Direction dir, const Case *c, const RunCtx
     r->file[0] = mla_file_name(MLA_INPUT_COUNT);
     if (tensor_alloc_poisoned(&r->got[0], ndim, shape) != 0)
         return fl_fail(err, FL_BAD_INPUT, "out of memory allocating y (%zu floats)", mla_numel(p, MLA_INPUT_COUNT));
-    return runner_run_mla(impl, p, r->got[0].data, ctx, &r->stats, err);
+    return mla_run(impl, p, r->got[0].data, ctx, &r->stats, err);
 }
 
 static int time_runs(const StageImpl *impl, Direction dir, const Case *c, const RunCtx *ctx, int warmup, int reps,
                      double *ms, FlError *err)
 {
     (void)dir;
-    return runner_time_mla(impl, &mla_of(c)->p, ctx, warmup, reps, ms, err);
+    return mla_time(impl, &mla_of(c)->p, ctx, warmup, reps, ms, err);
 }
 
 static const Tensor *expected(const Case *c, const char *file)

@@ -14,6 +14,14 @@ const MlaProblem *mla_case_problem(const Case *c);
 /* Input id (MlaInput) of an MLA case, or NULL. */
 const Tensor *mla_case_input(const Case *c, int id);
 
+/* One MLA step of impl on p into y (B, Tq, D), host memory, allocated by the caller; stats->fwd
+ * gets the counts and extra_bytes_fwd the workspace (through runner_run_step, CPU or GPU). */
+int mla_run(const StageImpl *impl, const MlaProblem *p, float *y, const RunCtx *ctx, RunStats *stats,
+            FlError *err);
+/* Median ms of reps timed MLA steps after warmup ones, counting off. */
+int mla_time(const StageImpl *impl, const MlaProblem *p, const RunCtx *ctx, int warmup, int reps, double *ms,
+             FlError *err);
+
 #ifdef __cplusplus
 }
 #endif

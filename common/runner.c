@@ -171,23 +171,20 @@ static int run_pass(const StageImpl *impl, Direction dir, const AttnProblem *p, 
     return rc;
 }
 
-/* FL_OK when impl runs this kind of problem (attention: a forward entry; MLA: an MLA entry). */
-static int check_kind(const StageImpl *impl, int mla, FlError *err)
+/* Attention stages have a forward pass; a stage of another kind (kind.h) runs through runner_run_step. */
+static int check_kind(const StageImpl *impl, FlError *err)
 {
-    if (mla ? impl->mla_forward != NULL : impl->forward != NULL)
+    if (impl->forward)
         return FL_OK;
-    if (mla)
-        return fl_fail(err, FL_UNSUPPORTED, "stage %s (%s, %s) does not run MLA cases; stage %s does",
-                       impl->stage, impl->name, device_name(impl->device), attn_feature_added_by(FEAT_MLA));
-    return fl_fail(err, FL_UNSUPPORTED, "stage %s (%s, %s) runs MLA cases only (ckv.npy, x.npy, ...), "
-                   "not q/k/v attention cases", impl->stage, impl->name, device_name(impl->device));
+    return fl_fail(err, FL_UNSUPPORTED, "stage %s (%s, %s) runs cases of another kind, not q/k/v attention cases",
+                   impl->stage, impl->name, device_name(impl->device));
 }
 
 /* What runner_run and runner_time check before anything runs: the kind of problem, the features
  * and the head dims. */
 int runner_check(const StageImpl *impl, Direction dir, const AttnProblem *p, FlError *err)
 {
-    int rc = check_kind(impl, 0, err);
+    int rc = check_kind(impl, err);
     if (rc == FL_OK)
         rc = check_features(impl, dir, p, err);
     if (rc == FL_OK)
@@ -397,68 +394,51 @@ int runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, cons
     return time_cpu(impl, dir, p, opts, warmup, reps, median, err);
 }
 
-/* ---- MLA (stage 09) ------------------------------------------------------------------------- */
+/* ---- a step of another kind ------------------------------------------------------------------ */
 
-static size_t mla_workspace_size(const StageImpl *impl, const MlaProblem *p, const RunCtx *ctx)
-{
-    return impl->mla_workspace_bytes ? impl->mla_workspace_bytes(p, ctx) : 0;
-}
-
-int runner_run_mla(const StageImpl *impl, const MlaProblem *p, float *y, const RunCtx *opts,
-                   RunStats *stats, FlError *err)
+int runner_run_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, RunStats *stats,
+                    FlError *err)
 {
     RunStats local = {0};
     if (!stats)
         stats = &local;
     memset(stats, 0, sizeof *stats);
-    int rc = check_kind(impl, 1, err);
-    if (rc != FL_OK)
-        return rc;
     if (impl->device == DEVICE_CUDA)
-        return cuda_runner_run_mla(impl, p, y, opts, stats, err);
+        return cuda_runner_run_step(impl, s, opts, stats, err);
     RunCtx ctx = ctx_with_defaults(opts);
-    stats->extra_bytes_fwd = mla_workspace_size(impl, p, &ctx);
-    rc = workspace_alloc(impl, stats->extra_bytes_fwd, &ctx.workspace, err);
+    stats->extra_bytes_fwd = s->workspace_bytes;
+    int rc = workspace_alloc(impl, s->workspace_bytes, &ctx.workspace, err);
     ctx.hbm = &stats->fwd;
     if (rc == FL_OK)
-        rc = impl->mla_forward(p, y, &ctx, err);
+        rc = s->fn(s->in, s->out, &ctx, s->arg, err);
     free(ctx.workspace);
     return rc;
 }
 
 typedef struct {
-    const StageImpl *impl;
-    const MlaProblem *p;
-    float *y;
+    const RunnerStep *s;
     RunCtx *ctx;
-} MlaCall;
+} StepCall;
 
-static int mla_call(void *arg, FlError *err)
+static int step_call(void *arg, FlError *err)
 {
-    MlaCall *a = arg;
-    return a->impl->mla_forward(a->p, a->y, a->ctx, err);
+    StepCall *a = arg;
+    return a->s->fn(a->s->in, a->s->out, a->ctx, a->s->arg, err);
 }
 
-int runner_time_mla(const StageImpl *impl, const MlaProblem *p, const RunCtx *opts, int warmup,
-                    int reps, double *median, FlError *err)
+int runner_time_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, int warmup, int reps,
+                     double *median, FlError *err)
 {
     if (reps < 1 || warmup < 0)
-        return fl_fail(err, FL_BAD_INPUT, "runner_time_mla: need reps >= 1 and warmup >= 0 (got %d, %d)",
+        return fl_fail(err, FL_BAD_INPUT, "runner_time_step: need reps >= 1 and warmup >= 0 (got %d, %d)",
                        reps, warmup);
-    int rc = check_kind(impl, 1, err);
-    if (rc != FL_OK)
-        return rc;
     if (impl->device == DEVICE_CUDA)
-        return cuda_runner_time_mla(impl, p, opts, warmup, reps, median, err);
+        return cuda_runner_time_step(impl, s, opts, warmup, reps, median, err);
     RunCtx ctx = ctx_with_defaults(opts);
-    float *y = malloc(mla_numel(p, MLA_INPUT_COUNT) * sizeof(float));
-    if (!y)
-        return fl_fail(err, FL_BAD_INPUT, "out of memory allocating y for timing");
-    rc = workspace_alloc(impl, mla_workspace_size(impl, p, &ctx), &ctx.workspace, err);
-    MlaCall call = {impl, p, y, &ctx};
+    int rc = workspace_alloc(impl, s->workspace_bytes, &ctx.workspace, err);
+    StepCall call = {s, &ctx};
     if (rc == FL_OK)
-        rc = time_calls(mla_call, &call, warmup, reps, median, err);
+        rc = time_calls(step_call, &call, warmup, reps, median, err);
     free(ctx.workspace);
-    free(y);
     return rc;
 }

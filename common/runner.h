@@ -66,14 +66,30 @@ int runner_preflight(const StageImpl *impl, Direction dir, const AttnProblem *p,
 int runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *opts,
                 int warmup, int reps, double *median, FlError *err);
 
-/* Stage 09: one MLA step (MlaProblem, attn.h) into y (B, Tq, D), host memory, allocated by the
- * caller; stats->fwd gets the counts and extra_bytes_fwd the workspace. FL_UNSUPPORTED when impl
- * has no MLA entry. */
-int runner_run_mla(const StageImpl *impl, const MlaProblem *p, float *y, const RunCtx *opts,
-                   RunStats *stats, FlError *err);
-/* Median wall time in ms of reps timed MLA steps after warmup ones, counting off (as runner_time). */
-int runner_time_mla(const StageImpl *impl, const MlaProblem *p, const RunCtx *opts, int warmup,
-                    int reps, double *median, FlError *err);
+/* A step of a kind other than attention (kind_mla.c): a few float32 inputs, one float32 output,
+ * a function that computes it. The runner runs it where impl runs: on the CPU with the host arrays;
+ * on the GPU after copying the inputs up (the output poisoned there), with a device counter, then
+ * copies the output back. Nothing here knows what the arrays mean. */
+enum { RUNNER_STEP_MAX_INPUTS = 16 };
+typedef int (*RunnerStepFn)(const float *const *in, float *out, RunCtx *ctx, const void *arg, FlError *err);
+typedef struct {
+    int n_in;
+    const float *in[RUNNER_STEP_MAX_INPUTS]; /* host */
+    size_t in_numel[RUNNER_STEP_MAX_INPUTS];
+    const char *in_name[RUNNER_STEP_MAX_INPUTS]; /* for messages: "x.npy" */
+    float *out;                                 /* host, out_numel floats */
+    size_t out_numel;
+    size_t workspace_bytes;                     /* scratch the step needs (the "extra memory") */
+    RunnerStepFn fn;
+    const void *arg;                            /* handed to fn unchanged */
+} RunnerStep;
+
+/* Runs the step once, counting: stats->fwd gets the counts, extra_bytes_fwd the workspace. */
+int runner_run_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, RunStats *stats,
+                    FlError *err);
+/* Median wall time in ms of reps timed steps after warmup ones, counting off. */
+int runner_time_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, int warmup, int reps,
+                     double *median, FlError *err);
 
 /* CUDA side (common/cuda_runner.cu, or common/cuda_runner_none.c when built without CUDA). */
 int cuda_device_available(void); /* 1 if a usable CUDA device exists; any error counts as none */
@@ -82,10 +98,10 @@ int cuda_runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, 
                     const RunCtx *opts, RunStats *stats, FlError *err);
 int cuda_runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *opts,
                      int warmup, int reps, double *median, FlError *err);
-int cuda_runner_run_mla(const StageImpl *impl, const MlaProblem *p, float *y, const RunCtx *opts,
-                        RunStats *stats, FlError *err);
-int cuda_runner_time_mla(const StageImpl *impl, const MlaProblem *p, const RunCtx *opts, int warmup,
-                         int reps, double *median, FlError *err);
+int cuda_runner_run_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, RunStats *stats,
+                         FlError *err);
+int cuda_runner_time_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, int warmup,
+                          int reps, double *median, FlError *err);
 
 #ifdef __cplusplus
 }

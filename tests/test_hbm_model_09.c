@@ -17,6 +17,7 @@
 #include "attn.h"
 #include "hbm_model_driver.h"
 #include "random.h"
+#include "kind_mla.h"
 #include "runner.h"
 
 typedef struct {
@@ -171,7 +172,7 @@ static int run_counted(const StageImpl *impl, const MlaProblem *p, size_t M, flo
     opts.sram_bytes = M, opts.threads = 2;
     RunStats stats;
     FlError err = {{0}};
-    if (runner_run_mla(impl, p, y, &opts, &stats, &err) != FL_OK) {
+    if (mla_run(impl, p, y, &opts, &stats, &err) != FL_OK) {
         fprintf(stderr, "stage 09 %s: %s\n", hbm_variant_name(impl->variant), err.msg);
         return -1;
     }
