@@ -49,7 +49,7 @@ void case_free(Case *c);
 
 /* ---- for the kinds' loaders ---- */
 
-/* The attention kind's loader and release (kind_attention.c registers them). */
+/* The attention kind's loader and release (case_attention.c; kind_attention.c registers them). */
 int case_load_attention(Case *c, int want_expected, FlError *err);
 void case_free_attention(Case *c);
 
@@ -61,15 +61,22 @@ int case_read_options(Case *c, CaseOptionFn apply, FlError *err);
  * key a kind does not know (kind_words: " for an MLA case" or ""; allowed: "causal, description"). */
 int case_option_bool(const char *path, const struct cJSON *item, int *out, FlError *err);
 int case_option_positive(const char *path, const struct cJSON *item, float *out, FlError *err);
+int case_option_int(const char *path, const struct cJSON *item, int min, const char *rule, int *out,
+                    FlError *err);
 int case_option_description(Case *c, const char *path, const struct cJSON *item, FlError *err);
 int case_option_unknown(const char *path, const char *key, const char *kind_words, const char *allowed,
                         FlError *err);
 
+/* c->dir/file into out. */
+void case_path(const Case *c, const char *file, char *out, size_t len);
 /* c->dir/file into t (float32); an absent file is fine unless required. */
 int case_load_tensor(const Case *c, const char *file, int required, Tensor *t, FlError *err);
 /* t (file) has exactly ndim dimensions (names: "(B, Tq, D)"), each in [1, INT_MAX]. */
 int case_check_ndim(const Case *c, const char *file, const Tensor *t, int ndim, const char *names,
                     FlError *err);
+/* a's dimension da equals b's dimension db (what names the size, "B"); else one line naming both. */
+int case_check_same(const Case *c, const char *fa, const Tensor *a, int da, const char *fb, const Tensor *b,
+                    int db, const char *what, FlError *err);
 /* t (file) has exactly this shape. */
 int case_check_shape(const Case *c, const char *file, const Tensor *t, const int64_t *shape, int ndim,
                      FlError *err);

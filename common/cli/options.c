@@ -1,49 +1,64 @@
 /* options.c — the options of every flashlab command: which command takes which, and their values
  * checked (a number in range, a byte count, a list). Anything else is one line and exit 2. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 
+/* How an option's value is read. */
+typedef enum {
+    OPT_FLAG,      /* no value: sets an int to 1 */
+    OPT_INT,       /* an integer in [min, max] */
+    OPT_BYTES,     /* a byte count: 65536, 64K, 1M */
+    OPT_INT_LIST,  /* "512,1024": each in [1, max] */
+    OPT_STRING,    /* kept as given */
+    OPT_SPECIAL    /* --device, --direction, --rope-dim: apply_special */
+} OptionKind;
+
 typedef struct {
     const char *name;
-    int takes_value;
+    OptionKind kind;
+    size_t offset;        /* where in Options the value goes */
+    long min, max;
     const char *commands; /* space-separated list of the subcommands that accept it */
 } OptionSpec;
 
+#define AT(field) offsetof(Options, field)
 static const OptionSpec option_specs[] = {
-    {"--device", 1, "check run tour bench"},
-    {"--variant", 1, "check run bench"},
-    {"--direction", 1, "check run bench"},
-    {"--sram", 1, "check run tour bench"},
-    {"--block-r", 1, "check run bench"},
-    {"--block-c", 1, "check run bench"},
-    {"--threads", 1, "check run tour bench"},
-    {"--splits", 1, "check run bench"},
-    {"--ranks", 1, "check run bench"},
-    {"--page-size", 1, "bench"},
-    {"--verbose", 0, "check"},
-    {"--docs", 0, "diff"},
-    {"--out", 1, "run"},
-    {"--stages", 1, "bench"},
-    {"--T", 1, "bench"},
-    {"--B", 1, "bench"},
-    {"--H", 1, "bench"},
-    {"--Hkv", 1, "bench"},
-    {"--Tq", 1, "bench"},
-    {"--d", 1, "bench"},
-    {"--causal", 0, "bench"},
-    {"--window", 1, "bench"},
-    {"--sink-tokens", 1, "bench"},
-    {"--sinks", 0, "bench"},
-    {"--reps", 1, "bench"},
-    {"--json", 0, "check bench"},
-    {"--latent", 1, "bench"},
-    {"--rope-dim", 1, "bench"},
-    {"--model-dim", 1, "bench"},
-    {"--q-rank", 1, "bench"},
+    {"--device", OPT_SPECIAL, 0, 0, 0, "check run tour bench"},
+    {"--variant", OPT_STRING, AT(variant), 0, 0, "check run bench"},
+    {"--direction", OPT_SPECIAL, 0, 0, 0, "check run bench"},
+    {"--sram", OPT_BYTES, AT(ctx.sram_bytes), 0, 0, "check run tour bench"},
+    {"--block-r", OPT_INT, AT(ctx.block_r), 1, 1 << 20, "check run bench"},
+    {"--block-c", OPT_INT, AT(ctx.block_c), 1, 1 << 20, "check run bench"},
+    {"--threads", OPT_INT, AT(ctx.threads), 1, 4096, "check run tour bench"},
+    {"--splits", OPT_INT, AT(ctx.splits), 1, 1024, "check run bench"},
+    {"--ranks", OPT_INT, AT(ctx.ranks), 1, 64, "check run bench"},
+    {"--page-size", OPT_INT, AT(shape.page_size), 1, 1 << 20, "bench"},
+    {"--verbose", OPT_FLAG, AT(verbose), 0, 0, "check"},
+    {"--docs", OPT_FLAG, AT(docs), 0, 0, "diff"},
+    {"--out", OPT_STRING, AT(out_dir), 0, 0, "run"},
+    {"--stages", OPT_STRING, AT(stages), 0, 0, "bench"},
+    {"--T", OPT_INT_LIST, AT(T), 1, 1 << 24, "bench"},
+    {"--B", OPT_INT, AT(shape.B), 1, 1 << 16, "bench"},
+    {"--H", OPT_INT, AT(shape.H), 1, 1 << 16, "bench"},
+    {"--Hkv", OPT_INT, AT(shape.Hkv), 1, 1 << 16, "bench"},
+    {"--Tq", OPT_INT, AT(shape.Tq), 1, 1 << 24, "bench"},
+    {"--d", OPT_INT_LIST, AT(d), 1, 4096, "bench"},
+    {"--causal", OPT_FLAG, AT(shape.causal), 0, 0, "bench"},
+    {"--window", OPT_INT, AT(shape.window), 0, 1 << 24, "bench"},
+    {"--sink-tokens", OPT_INT, AT(shape.sink_tokens), 0, 1 << 24, "bench"},
+    {"--sinks", OPT_FLAG, AT(shape.sinks), 0, 0, "bench"},
+    {"--reps", OPT_INT, AT(reps), 1, 100000, "bench"},
+    {"--json", OPT_FLAG, AT(json), 0, 0, "check bench"},
+    {"--latent", OPT_INT, AT(shape.latent), 1, 1 << 16, "bench"},
+    {"--rope-dim", OPT_SPECIAL, 0, 0, 0, "bench"},
+    {"--model-dim", OPT_INT, AT(shape.model_dim), 1, 1 << 20, "bench"},
+    {"--q-rank", OPT_INT, AT(shape.q_rank), 1, 1 << 20, "bench"},
 };
+#undef AT
 
 static int word_in_list(const char *word, const char *list)
 {
@@ -111,92 +126,50 @@ static int parse_int_list(const char *command, const char *name, const char *tex
     return FL_OK;
 }
 
-static int apply_option(Options *o, const char *name, const char *value)
+/* The options whose value is more than a number: --device, --direction, --rope-dim (even). */
+static int apply_special(Options *o, const char *name, const char *value)
 {
     const char *cmd = o->command;
     if (!strcmp(name, "--device")) {
-        if (!strcmp(value, "cpu"))
-            o->device = DEVICE_CPU, o->device_all = 0;
-        else if (!strcmp(value, "cuda"))
-            o->device = DEVICE_CUDA, o->device_all = 0;
+        if (!strcmp(value, "cpu") || !strcmp(value, "cuda"))
+            o->device = !strcmp(value, "cpu") ? DEVICE_CPU : DEVICE_CUDA, o->device_all = 0;
         else if (!strcmp(value, "all") && !strcmp(cmd, "tour"))
             o->device_all = 1;
         else
             return usage_error(cmd, "unknown device '%s'", value);
         return FL_OK;
     }
-    if (!strcmp(name, "--variant")) {
-        o->variant = value;
-        return FL_OK;
-    }
     if (!strcmp(name, "--direction")) {
-        if (!strcmp(value, "fwd"))
-            o->direction = DIR_FWD;
-        else if (!strcmp(value, "bwd"))
-            o->direction = DIR_BWD;
-        else
+        if (strcmp(value, "fwd") != 0 && strcmp(value, "bwd") != 0)
             return usage_error(cmd, "--direction is fwd or bwd, got '%s'", value);
+        o->direction = !strcmp(value, "fwd") ? DIR_FWD : DIR_BWD;
         return FL_OK;
     }
-    if (!strcmp(name, "--sram"))
-        return parse_bytes(cmd, name, value, &o->ctx.sram_bytes);
-    if (!strcmp(name, "--block-r"))
-        return parse_int(cmd, name, value, 1, 1 << 20, &o->ctx.block_r);
-    if (!strcmp(name, "--block-c"))
-        return parse_int(cmd, name, value, 1, 1 << 20, &o->ctx.block_c);
-    if (!strcmp(name, "--threads"))
-        return parse_int(cmd, name, value, 1, 4096, &o->ctx.threads);
-    if (!strcmp(name, "--ranks"))
-        return parse_int(cmd, name, value, 1, 64, &o->ctx.ranks);
-    if (!strcmp(name, "--splits"))
-        return parse_int(cmd, name, value, 1, 1024, &o->ctx.splits);
-    if (!strcmp(name, "--page-size"))
-        return parse_int(cmd, name, value, 1, 1 << 20, &o->shape.page_size);
-    if (!strcmp(name, "--verbose"))
-        return o->verbose = 1, FL_OK;
-    if (!strcmp(name, "--docs"))
-        return o->docs = 1, FL_OK;
-    if (!strcmp(name, "--out"))
-        return o->out_dir = value, FL_OK;
-    if (!strcmp(name, "--stages"))
-        return o->stages = value, FL_OK;
-    if (!strcmp(name, "--T"))
-        return parse_int_list(cmd, name, value, 1 << 24, &o->T);
-    if (!strcmp(name, "--d"))
-        return parse_int_list(cmd, name, value, 4096, &o->d);
-    if (!strcmp(name, "--B"))
-        return parse_int(cmd, name, value, 1, 1 << 16, &o->shape.B);
-    if (!strcmp(name, "--H"))
-        return parse_int(cmd, name, value, 1, 1 << 16, &o->shape.H);
-    if (!strcmp(name, "--Hkv"))
-        return parse_int(cmd, name, value, 1, 1 << 16, &o->shape.Hkv);
-    if (!strcmp(name, "--Tq"))
-        return parse_int(cmd, name, value, 1, 1 << 24, &o->shape.Tq);
-    if (!strcmp(name, "--causal"))
-        return o->shape.causal = 1, FL_OK;
-    if (!strcmp(name, "--window"))
-        return parse_int(cmd, name, value, 0, 1 << 24, &o->shape.window);
-    if (!strcmp(name, "--sink-tokens"))
-        return parse_int(cmd, name, value, 0, 1 << 24, &o->shape.sink_tokens);
-    if (!strcmp(name, "--sinks"))
-        return o->shape.sinks = 1, FL_OK;
-    if (!strcmp(name, "--reps"))
-        return parse_int(cmd, name, value, 1, 100000, &o->reps);
-    if (!strcmp(name, "--json"))
-        return o->json = 1, FL_OK;
-    if (!strcmp(name, "--latent"))
-        return parse_int(cmd, name, value, 1, 1 << 16, &o->shape.latent);
-    if (!strcmp(name, "--rope-dim")) {
-        int rc = parse_int(cmd, name, value, 2, 1 << 16, &o->shape.rope_dim);
-        return rc == FL_OK && o->shape.rope_dim % 2 ? usage_error(cmd, "--rope-dim must be even (rotated pairs), got %s",
-                                                            value)
-                                              : rc;
+    int rc = parse_int(cmd, name, value, 2, 1 << 16, &o->shape.rope_dim); /* --rope-dim */
+    if (rc == FL_OK && o->shape.rope_dim % 2)
+        return usage_error(cmd, "--rope-dim must be even (rotated pairs), got %s", value);
+    return rc;
+}
+
+static int apply_option(Options *o, const OptionSpec *spec, const char *value)
+{
+    char *field = (char *)o + spec->offset;
+    switch (spec->kind) {
+    case OPT_FLAG:
+        *(int *)(void *)field = 1;
+        return FL_OK;
+    case OPT_INT:
+        return parse_int(o->command, spec->name, value, spec->min, spec->max, (int *)(void *)field);
+    case OPT_BYTES:
+        return parse_bytes(o->command, spec->name, value, (size_t *)(void *)field);
+    case OPT_INT_LIST:
+        return parse_int_list(o->command, spec->name, value, spec->max, (IntList *)(void *)field);
+    case OPT_STRING:
+        *(const char **)(void *)field = value;
+        return FL_OK;
+    default:
+        return apply_special(o, spec->name, value);
     }
-    if (!strcmp(name, "--model-dim"))
-        return parse_int(cmd, name, value, 1, 1 << 20, &o->shape.model_dim);
-    if (!strcmp(name, "--q-rank"))
-        return parse_int(cmd, name, value, 1, 1 << 20, &o->shape.q_rank);
-    return usage_error(cmd, "unknown option '%s'", name);
 }
 
 /* Parses argv (after the subcommand). Returns FL_OK, FL_BAD_INPUT, or -1 when help was asked for. */
@@ -226,7 +199,7 @@ int parse_options(Options *o, int argc, char **argv)
         if (!spec)
             return usage_error(o->command, "unknown option '%s'", name);
         const char *value = NULL;
-        if (spec->takes_value) {
+        if (spec->kind != OPT_FLAG) {
             if (eq)
                 value = eq + 1;
             else if (i + 1 < argc)
@@ -236,7 +209,7 @@ int parse_options(Options *o, int argc, char **argv)
         } else if (eq) {
             return usage_error(o->command, "option '%s' takes no value", name);
         }
-        int rc = apply_option(o, name, value);
+        int rc = apply_option(o, spec, value);
         if (rc != FL_OK)
             return rc;
     }
