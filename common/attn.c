@@ -46,7 +46,7 @@ size_t attn_k_numel(const AttnProblem *p) { return kv_rows(p) * p->Hkv * p->d; }
 
 size_t attn_v_numel(const AttnProblem *p) { return kv_rows(p) * p->Hkv * p->dv; }
 
-/* One row per feature, in bit order: its name and the stage of the ladder (DESIGN §2) adding it. */
+/* One row per feature, in bit order: its name and the stage of the ladder adding it (docs/design.md). */
 static const struct {
     unsigned flag;
     const char *name;

@@ -1,6 +1,6 @@
 /* attn.h — the attention problem every stage solves, and how a stage describes itself.
  *
- * Shapes (DESIGN §3), float32, row-major, contiguous:
+ * Shapes (docs/conventions.md), float32, row-major, contiguous:
  *   q    (B, Hq,  Tq, d)      k  (B, Hkv, Tk, d)      v  (B, Hkv, Tk, dv)
  *   o    (B, Hq,  Tq, dv)     lse (B, Hq, Tq)          dout = dO (B, Hq, Tq, dv)
  *   sinks (Hq)  learned sink logits, or NULL
@@ -8,7 +8,7 @@
  * sits at position i' = i + Tk - Tq and sees keys j <= i'.
  *
  * For a CPU implementation every pointer is host memory; for a CUDA implementation every pointer
- * in AttnProblem and AttnTensors is device memory (common/runner.c does the copies). */
+ * in AttnProblem and AttnTensors is device memory (common/cuda_runner.cu does the copies). */
 #ifndef FLASHLAB_ATTN_H
 #define FLASHLAB_ATTN_H
 
@@ -76,11 +76,11 @@ size_t attn_k_numel(const AttnProblem *p);
 size_t attn_v_numel(const AttnProblem *p);
 /* "causal", "gqa", ... for one flag. */
 const char *attn_feature_name(unsigned feature);
-/* The stage of the ladder that adds a feature ("06", "07", ...), from DESIGN §2. */
+/* The stage of the ladder that adds a feature ("06", "07", ...), docs/design.md#features. */
 const char *attn_feature_added_by(unsigned feature);
 
 typedef enum { DIR_FWD = 0, DIR_BWD = 1 } Direction;
-/* The precision a stage computes in (DESIGN §4): float32 for 01–11; stage 12 reads bf16 inputs and
+/* The precision a stage computes in: float32 for 01–11; stage 12 reads bf16 inputs and
  * accumulates in float32. The checker's tolerance follows it (check.h, docs/conventions.md). */
 typedef enum { PRECISION_F32 = 0, PRECISION_BF16 = 1 } Precision;
 typedef enum { DEVICE_CPU = 0, DEVICE_CUDA = 1 } Device;

@@ -1,4 +1,4 @@
-/* case.h — loading a case folder (DESIGN §4): case.json, q/k/v(/do/sinks).npy and, for golden
+/* case.h — loading a case folder (docs/design.md#case-folders): case.json, q/k/v(/do/sinks).npy and, for golden
  * cases, the expected outputs. Validates every shape against the others.
  * case.json is optional: without it the case is non-causal, window 0, sink_tokens 0, scale
  * 1/sqrt(d), no description. With it, it must be a flat JSON object holding only those keys. */

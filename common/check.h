@@ -25,7 +25,7 @@ typedef struct {
     } first[CHECK_MAX_SHOWN];
 } CheckResult;
 
-/* Tolerances (atol = rtol) per precision. float32 (stages 01–11, 13): DESIGN §7. bf16 inputs with
+/* Tolerances (atol = rtol) per precision. float32 (stages 01–11, 13): docs/conventions.md. bf16 inputs with
  * float32 accumulation (stage 12): derived in docs/conventions.md ("Precision and tolerance") from
  * bf16's unit roundoff u = 2^-8; never widened to make a stage pass. */
 #define CHECK_TOL_FWD 1e-4        /* o, lse (and MLA's y), float32 */

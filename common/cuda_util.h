@@ -1,6 +1,6 @@
 /* cuda_util.h — the small CUDA helpers every .cu file of flashlab shares (the runner and the
  * stages): checking a CUDA/cuBLAS call into an FlError, ceil_div, device allocations, and the
- * in-kernel HBM byte counter of DESIGN §6.
+ * in-kernel HBM byte counter of docs/hbm_model.md.
  *
  * Every CUDA failure becomes one FlError line "CUDA error in <what>: <cudaGetErrorString>" and the
  * status FL_BAD_INPUT (the device could not run this input: out of memory, a bad launch, ...). */
@@ -93,7 +93,7 @@ static inline int fl_cuda_upload_floats(float **dst, const float *host, size_t n
     return rc;
 }
 
-/* ---- HBM counting (DESIGN §6) ------------------------------------------------------------------
+/* ---- HBM counting (docs/hbm_model.md) --------------------------------------------------------
  * hbm_dev[0] = bytes read from global memory, hbm_dev[1] = bytes written; NULL = counting off.
  * Kernels count in the kernel, once per block per tile: one thread adds the tile's bytes. */
 enum { HBM_READ = 0, HBM_WRITTEN = 1 };

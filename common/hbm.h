@@ -1,4 +1,4 @@
-/* hbm.h — HBM traffic counters and the explicit SRAM arena of the CPU tiled stages (DESIGN §6).
+/* hbm.h — HBM traffic counters and the explicit SRAM arena of the CPU tiled stages (docs/hbm_model.md).
  *
  * The model: ordinary arrays are "HBM". A tiled CPU stage owns an SRAM arena of M bytes per worker;
  * data enters it only through hbm_load() and leaves only through hbm_store(), and both count bytes.

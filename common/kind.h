@@ -6,7 +6,7 @@
  * and time a stage on one of its cases, which outputs a run writes and how each is compared, the
  * FLOPs of a run, a one-line description, and how to make a seeded benchmark case. The commands
  * (check, run, tour, bench) are written once against this interface and never ask which kind
- * they hold; adding a kind means its own file and one entry in kinds.c. */
+ * they hold; adding a kind means its own file and one entry in kind.c. */
 #ifndef FLASHLAB_KIND_H
 #define FLASHLAB_KIND_H
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """make_golden.py -- the reference (oracle) for every flashlab stage.
 
-Writes the golden case folders of DESIGN section 4:
+Writes the golden case folders (docs/design.md#case-folders, golden/README.md):
 
     python golden/make_golden.py [--out DIR]     # default: golden/cases next to this file
     python golden/make_golden.py --selftest      # gradients vs finite differences, loop checks

@@ -10,7 +10,8 @@
 #      exit 0.
 # With DEVICE cuda and no CUDA device, step 3 exits 77 and so does this script, after step 2 has
 # shown that the copy compiles. The scratch tree is kept between runs, so only the copy's files,
-# flashlab.c and the link are rebuilt after the first run. FLASHLAB_EXERCISE_JOBS: build jobs (2).
+# the tool's sources (common/cli/) and the link are rebuilt after the first run.
+# FLASHLAB_EXERCISE_JOBS: build jobs (2).
 set -u
 flashlab=$1 source=$2 scratch=$3 stage=$4 device=$5
 shift 5

@@ -199,7 +199,7 @@ static void test_shape_mismatch(void)
     tensor_free(&want);
 }
 
-/* The tolerance follows the precision: float32's are DESIGN §7's, unchanged; bf16's are
+/* The tolerance follows the precision: float32's are those of docs/conventions.md, unchanged; bf16's are
  * docs/conventions.md's 8u and 16u (u = 2^-8). A bf16-sized error fails float32 and passes bf16. */
 static void test_tolerance_per_precision(void)
 {

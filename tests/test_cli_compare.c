@@ -1,6 +1,6 @@
 /* test_cli_compare.c — compares one .npy file written by `flashlab run` with its golden file:
  *   test_cli_compare GOT.npy WANT.npy
- * using the harness's checker at the tolerance of DESIGN §7: the gradient tolerance when WANT is a
+ * using the harness's checker at the tolerance of docs/conventions.md: the gradient tolerance when WANT is a
  * gradient (dq, dk, dv or dsinks .npy), the forward one otherwise. Exit 0 when they agree, 1 when
  * they differ, 2 when a file cannot be read. */
 #include <stdio.h>

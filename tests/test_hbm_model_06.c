@@ -160,7 +160,7 @@ static int check_shape(const StageImpl *impl, const ModelRow *row, const TestSha
     const Counts got = counted.bwd;
     const double err_fwd = ref_attention_max_error(&x.p, x.o, x.lse, ERR_ABS_REL);
     const double err_bwd = ref_gradients_max_error(&x.p, x.dq, x.dk, x.dv, ERR_ABS_REL);
-    /* DESIGN §7: atol = rtol = 1e-4 for o and lse, 5e-4 for the gradients */
+    /* docs/conventions.md: atol = rtol = 1e-4 for o and lse, 5e-4 for the gradients */
     char sram[24] = "-"; /* M, for the rows that use it */
     if (row->uses_sram)
         snprintf(sram, sizeof sram, "%zu", M);

@@ -42,7 +42,7 @@ static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 /* ---- docs/hbm_model.md, stage 07, written out again ---------------------------------------- */
 
-/* The mask (DESIGN §3): query row i sits at position i + Tk - Tq and sees keys j <= i + Tk - Tq,
+/* The mask (docs/conventions.md): query row i sits at position i + Tk - Tq and sees keys j <= i + Tk - Tq,
  * i.e. keys_seen(i) = clamp(i + Tk - Tq + 1, 0, Tk) keys (test_keys_seen; Tk without the mask).
  * The first row that sees key j is max(0, j - (Tk - Tq)) (0 without the mask). */
 static uint64_t keys_seen(const AttnProblem *p, uint64_t row)
@@ -267,7 +267,7 @@ static int check_shape(const StageImpl *impl, const ModelRow *row, int shape, si
         goto done;
     const double err_fwd = ref_attention_max_error(&x.p, x.o, x.lse, ERR_ABS_REL);
     const double err_bwd = ref_gradients_max_error(&x.p, x.dq, x.dk, x.dv, ERR_ABS_REL);
-    /* DESIGN §7: atol = rtol = 1e-4 for o and lse, 5e-4 for the gradients */
+    /* docs/conventions.md: atol = rtol = 1e-4 for o and lse, 5e-4 for the gradients */
     const int counts_ok = hbm_counts_equal(&got.fwd, &want.fwd) && hbm_counts_equal(&got.bwd, &want.bwd);
     failed = !counts_ok || !(err_fwd <= 1e-4) || !(err_bwd <= 5e-4);
     char sram[24]; /* M, for the rows that use it */

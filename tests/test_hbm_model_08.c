@@ -9,7 +9,7 @@
  * Usage: test_hbm_model_08 cpu|cuda. Each implementation is one row of `models` (device, variant,
  * closed form); the cuda mode returns 77 without a CUDA device. The expected numbers are computed
  * here from the doc's formulas (written out again below, per packed tile), not taken from the
- * stage: which rows see which keys comes from test_keys_seen (DESIGN §3), row by row. */
+ * stage: which rows see which keys comes from test_keys_seen (docs/conventions.md), row by row. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,7 +60,7 @@ static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 /* Packed rows: the group = Hq / Hkv query heads of one kv head are adjacent, so its query rows form
  * one matrix of R = group Tq rows; packed row r is row r % Tq of its head and sees
- * keys_seen(r % Tq) keys (test_keys_seen: DESIGN §3's bottom-right mask, Tk without it). */
+ * keys_seen(r % Tq) keys (test_keys_seen: docs/conventions.md's bottom-right mask, Tk without it). */
 static uint64_t packed_rows(const AttnProblem *p) { return (uint64_t)(p->Hq / p->Hkv) * p->Tq; }
 
 static uint64_t kv_heads(const AttnProblem *p) { return (uint64_t)p->B * p->Hkv; }
@@ -338,7 +338,7 @@ static int check_shape(const StageImpl *impl, const ModelRow *row, int shape, si
         goto done;
     const double err_fwd = ref_attention_max_error(&x.p, x.o, x.lse, ERR_ABS_REL);
     const double err_bwd = ref_gradients_max_error(&x.p, x.dq, x.dk, x.dv, ERR_ABS_REL);
-    /* DESIGN §7: atol = rtol = 1e-4 for o and lse, 5e-4 for the gradients */
+    /* docs/conventions.md: atol = rtol = 1e-4 for o and lse, 5e-4 for the gradients */
     const int counts_ok = hbm_counts_equal(&got.fwd, &want.fwd) && hbm_counts_equal(&got.bwd, &want.bwd);
     failed = !counts_ok || !(err_fwd <= 1e-4) || !(err_bwd <= 5e-4);
     const AttnProblem *p = &x.p;

@@ -12,7 +12,7 @@
  * positions are its rows' positions, or every position 0..Tq-1 when the tile straddles two heads
  * (the code takes the whole range there; swa_sinks.c/.cu via mask.h). Which query tiles a K/V
  * tile's backward walk visits is decided row by row: "some row of the query tile sees some key of
- * the K/V tile". Both are derived here from DESIGN §3 key by key (test_key_visible), not from
+ * the K/V tile". Both are derived here from docs/conventions.md key by key (test_key_visible), not from
  * mask.h.
  *
  * Usage: test_hbm_model_10 cpu|cuda (cuda returns 77 without a CUDA device). */
@@ -75,7 +75,7 @@ static void tile_positions(const AttnProblem *p, uint64_t r0, uint64_t rows, int
     *hi = straddles ? p->Tq - 1 : first + (int)rows - 1;
 }
 
-/* Does some position of [lo, hi] see some key of [j0, j0 + n)? (DESIGN §3, key by key) */
+/* Does some position of [lo, hi] see some key of [j0, j0 + n)? (docs/conventions.md, key by key) */
 static int positions_see(const AttnProblem *p, int lo, int hi, uint64_t j0, uint64_t n)
 {
     for (int i = lo; i <= hi; i++)
@@ -320,7 +320,7 @@ static int run_and_check(const StageImpl *impl, const ModelRow *row, TestProblem
         err_fwd = ref_attention_max_error(&x->p, x->o, x->lse, ERR_ABS_REL);
         err_bwd = ref_gradients_max_error_sinks(&x->p, x->dq, x->dk, x->dv, x->dsinks, ERR_ABS_REL);
     }
-    /* DESIGN §7: atol = rtol = 1e-4 for o and lse, 5e-4 for the gradients (dsinks included) */
+    /* docs/conventions.md: atol = rtol = 1e-4 for o and lse, 5e-4 for the gradients (dsinks included) */
     const int ok = hbm_counts_equal(&got->fwd, &want.fwd) && hbm_counts_equal(&got->bwd, &want.bwd) &&
                    err_fwd <= 1e-4 && err_bwd <= 5e-4;
     const AttnProblem *p = &x->p;

@@ -8,7 +8,7 @@
  * Usage: test_hbm_model_12 cpu|cuda. Both devices share one closed form: bf16 inputs are 2 bytes
  * an element, o, lse, D, dq, dk, dv 4 bytes; the kernels' tiles (stages/12_tensor_cores/tiles.h)
  * are 128 query rows in the forward, 64 in the backward, 64 keys. The expected numbers are
- * computed here from the doc's formulas, tile by tile, with test_keys_seen (DESIGN §3) deciding
+ * computed here from the doc's formulas, tile by tile, with test_keys_seen (docs/conventions.md) deciding
  * which tiles a causal walk visits; nothing is taken from the stage. */
 #include <stdint.h>
 #include <stdio.h>

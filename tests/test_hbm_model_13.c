@@ -51,7 +51,7 @@ static uint64_t umax(uint64_t a, uint64_t b) { return a > b ? a : b; }
 static uint64_t lo_of(uint64_t n, int P, int c) { return n * (uint64_t)c / (uint64_t)(2 * P); }
 static int chunk_of(int P, int r, int w) { return w == 0 ? r : 2 * P - 1 - r; }
 
-/* The end of the keys query row i sees (DESIGN §3, bottom-right causal), Tk without the mask. */
+/* The end of the keys query row i sees (docs/conventions.md, bottom-right causal), Tk without the mask. */
 static uint64_t end_of(const AttnProblem *p, uint64_t i)
 {
     if (!p->causal)

@@ -87,7 +87,7 @@ static int failing_tensors(const Run *run, Case *c, int print_failures)
     return failed;
 }
 
-/* The most keys any query row of the case sees (bottom-right causal mask, DESIGN §3). */
+/* The most keys any query row of the case sees (bottom-right causal mask, docs/conventions.md). */
 static int most_keys_seen(const AttnProblem *p)
 {
     int most = 0;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""sdpa_bench.py — the GPU reference numbers beside `flashlab bench --device cuda` (DESIGN §8).
+"""sdpa_bench.py — the GPU reference numbers beside `flashlab bench --device cuda` (docs/design.md).
 
 Times PyTorch's scaled_dot_product_attention in float32 (TF32 off) with the memory-efficient and
 the math backends on the shapes of flashlab's CUDA bench (self-attention, Hq = Hkv = H, d = dv;

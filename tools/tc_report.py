@@ -5,7 +5,7 @@ Reads `flashlab bench --device cuda --stages 12 --json` files and `tools/sdpa_be
 --json` files, given one by one or as a gpu-check output folder (then its tc_bench_*.json and
 tc_sdpa_*.json). Prints one row per (direction, mask, B, H, T, d): stage 12's time and TFLOP/s,
 the TFLOP/s of SDPA's FLASH_ATTENTION (FA2) and CUDNN_ATTENTION (cuDNN) backends, and stage 12's
-ratio to each. TFLOP/s are the tools' own (DESIGN §8: forward 4*B*H*T^2*d, halved when causal;
+ratio to each. TFLOP/s are the tools' own (docs/design.md: forward 4*B*H*T^2*d, halved when causal;
 forward + backward 3.5x forward); a pair whose FLOP counts disagree is flagged, not hidden. A
 backend that skipped a shape, or a stage 12 row that failed, shows why below the table, never a
 number.

@@ -1,4 +1,4 @@
-/* stages/07_causal/mask.h — the causal mask of stage 07, bottom-right aligned (DESIGN §3).
+/* stages/07_causal/mask.h — the causal mask of stage 07, bottom-right aligned (docs/conventions.md).
  * causal.c and causal.cu both include it, so the CPU and the GPU classify tiles with the same
  * integer arithmetic.
  *

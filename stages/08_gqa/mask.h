@@ -1,4 +1,4 @@
-/* stages/08_gqa/mask.h — the causal mask of stage 08, bottom-right aligned (DESIGN §3), over the
+/* stages/08_gqa/mask.h — the causal mask of stage 08, bottom-right aligned (docs/conventions.md), over the
  * packed query rows of a GQA group. gqa.c and gqa.cu both include it, so the CPU and the GPU
  * classify tiles with the same integer arithmetic.
  *

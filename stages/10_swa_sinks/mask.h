@@ -1,5 +1,5 @@
 /* stages/10_swa_sinks/mask.h — the mask of stage 10: causal (bottom-right aligned), a sliding
- * window of W keys and S sink tokens (DESIGN §3), over the packed query rows of a GQA group.
+ * window of W keys and S sink tokens (docs/conventions.md), over the packed query rows of a GQA group.
  * swa_sinks.c and swa_sinks.cu both include it, so the CPU and the GPU classify tiles with the
  * same integer arithmetic.
  *

@@ -54,7 +54,7 @@
  * head: with Tq = 1 a single block holds the whole group), and the backward's K/V-outer loop sums
  * dK_j and dV_j over the whole group inside one worker, with no atomics and no second pass.
  *
- * New in stage 10: a sliding window of W keys, S sink tokens and learned sink logits (DESIGN §3).
+ * New in stage 10: a sliding window of W keys, S sink tokens and learned sink logits (docs/conventions.md).
  * The mask (mask.h) gives each row up to two runs of visible keys, the sink tokens [0, se) and the
  * window [lo, hi); the forward's K/V walk visits the sink chunks and then jumps to the band
  * (next_key_tile), the backward's Q walk jumps to the rows whose window reaches K_j

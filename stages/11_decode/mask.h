@@ -1,5 +1,5 @@
 /* stages/11_decode/mask.h — the mask of stage 10, per sequence: causal (bottom-right aligned), a sliding
- * window of W keys and S sink tokens (DESIGN §3), over the packed query rows of a GQA group.
+ * window of W keys and S sink tokens (docs/conventions.md), over the packed query rows of a GQA group.
  * decode.c and decode.cu both include it, so the CPU and the GPU mask with the same integer
  * arithmetic. New in stage 11: each sequence b of a batch has its own length, so the mask is made
  * per sequence (Tk = seq_lens[b]); the Tq queries sit at the sequence's last Tq positions.

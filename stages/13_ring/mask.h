@@ -1,4 +1,4 @@
-/* stages/13_ring/mask.h — the causal mask of one chunk pair, bottom-right aligned (DESIGN §3), over
+/* stages/13_ring/mask.h — the causal mask of one chunk pair, bottom-right aligned (docs/conventions.md), over
  * the packed query rows of a GQA group. ring.cu includes it; ring.c compares absolute positions
  * instead (keys_end), one row at a time.
  *

@@ -583,7 +583,7 @@ int transfers_alone(const Share &s, const Options &o, ncclComm_t comm, cudaStrea
 
 double flops_of(const AttnProblem &p, Direction dir)
 {
-    double f = 2.0 * p.B * p.Hq * (double)p.Tq * p.Tk * (p.d + p.dv); // DESIGN §8, as flashlab bench counts
+    double f = 2.0 * p.B * p.Hq * (double)p.Tq * p.Tk * (p.d + p.dv); // as flashlab bench counts
     if (p.causal && p.Tq == p.Tk)
         f /= 2.0;
     return dir == DIR_BWD ? f * 3.5 : f; // forward + backward (2.5x)
