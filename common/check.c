@@ -25,17 +25,21 @@ static void unravel(const Tensor *t, size_t flat, int64_t index[TENSOR_MAX_DIMS]
     }
 }
 
-/* Whether got passes for want; updates the error maxima for a finite want. */
-static int element_ok(float got, float want, double atol, double rtol, CheckResult *r)
+/* Whether got passes for want; updates the error maxima for a finite want (*worst set when this
+ * element is the new largest absolute error). */
+static int element_ok(float got, float want, double atol, double rtol, CheckResult *r, int *worst)
 {
+    *worst = 0;
     if (isnan(want))
         return isnan(got);
     if (isinf(want))
         return got == want; /* same infinity, same sign */
     double abs_err = isfinite(got) ? fabs((double)got - (double)want) : INFINITY;
-    if (abs_err > r->max_abs_err)
+    if (abs_err > r->max_abs_err) {
         r->max_abs_err = abs_err;
-    if (want != 0.0f) {
+        *worst = 1;
+    }
+    if (fabs((double)want) >= CHECK_REL_FLOOR) {
         double rel_err = abs_err / fabs((double)want);
         if (rel_err > r->max_rel_err)
             r->max_rel_err = rel_err;
@@ -57,7 +61,11 @@ int check_tensor(const Tensor *got, const Tensor *want, double atol, double rtol
         return -1;
     size_t n = tensor_numel(want);
     for (size_t i = 0; i < n; i++) {
-        if (element_ok(got->data[i], want->data[i], atol, rtol, r))
+        int worst;
+        const int ok = element_ok(got->data[i], want->data[i], atol, rtol, r, &worst);
+        if (worst || (!ok && r->mismatches == 0 && r->max_abs_err == 0.0)) /* or a NaN/Inf mismatch */
+            unravel(want, i, r->worst_index);
+        if (ok)
             continue;
         if (r->shown < CHECK_MAX_SHOWN) {
             unravel(want, i, r->first[r->shown].index);
@@ -82,20 +90,32 @@ static const char *index_names(int ndim)
     }
 }
 
-void check_print(FILE *f, const char *name, const Tensor *got, const CheckResult *r)
+const char *check_index_str(const Tensor *t, const int64_t *index, char *buf, size_t len)
 {
-    fprintf(f, "%s: max abs %.2e, max rel %.2e, ", name, r->max_abs_err, r->max_rel_err);
+    size_t used = (size_t)snprintf(buf, len, "(");
+    for (int i = 0; i < t->ndim && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, i ? ", %lld" : "%lld", (long long)index[i]);
+    if (used < len)
+        snprintf(buf + used, len - used, ")");
+    return buf;
+}
+
+void check_print(FILE *f, const char *name, const Tensor *got, const CheckResult *r, size_t shown)
+{
+    char at[96];
     if (r->mismatches == 0) {
-        fprintf(f, "ok\n");
+        fprintf(f, "%s: ok (max abs %.2e, max rel %.2e)\n", name, r->max_abs_err, r->max_rel_err);
         return;
     }
-    fprintf(f, "%zu mismatches of %zu elements\n", r->mismatches, tensor_numel(got));
-    for (size_t m = 0; m < r->shown; m++) {
-        fprintf(f, "    at %s = (", index_names(got->ndim));
-        for (int i = 0; i < got->ndim; i++)
-            fprintf(f, i ? ", %lld" : "%lld", (long long)r->first[m].index[i]);
-        fprintf(f, "): got %.7g, want %.7g\n", r->first[m].got, r->first[m].want);
-    }
-    if (r->mismatches > r->shown)
-        fprintf(f, "    ... and %zu more\n", r->mismatches - r->shown);
+    fprintf(f, "%s: %zu of %zu wrong; max abs %.2e at %s = %s, max rel %.2e\n", name, r->mismatches,
+            tensor_numel(got), r->max_abs_err, index_names(got->ndim),
+            check_index_str(got, r->worst_index, at, sizeof at), r->max_rel_err);
+    const size_t n = shown < r->shown ? shown : r->shown;
+    const int indent = (int)strspn(name, " ") + 4; /* under the name line */
+    for (size_t m = 0; m < n; m++)
+        fprintf(f, "%*sat %s = %s: got %.7g, want %.7g\n", indent, "", index_names(got->ndim),
+                check_index_str(got, r->first[m].index, at, sizeof at), r->first[m].got, r->first[m].want);
+    if (r->mismatches > n)
+        fprintf(f, "%*s... and %zu more%s\n", indent, "", r->mismatches - n,
+                n < r->shown ? " (--verbose shows more)" : "");
 }

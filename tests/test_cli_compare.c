@@ -32,7 +32,7 @@ int main(int argc, char **argv)
                 argv[2], tensor_shape_str(&want, b, sizeof b));
         status = 1;
     } else {
-        check_print(stdout, argv[1], &got, &r);
+        check_print(stdout, argv[1], &got, &r, 5);
         status = r.mismatches != 0;
     }
     tensor_free(&got);

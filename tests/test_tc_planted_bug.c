@@ -79,7 +79,7 @@ static int failing_tensors(const Run *run, Case *c, int print_failures)
         if (r.mismatches && print_failures) {
             char label[64];
             snprintf(label, sizeof label, "    %s", output_file_name((OutputId)id));
-            check_print(stdout, label, &out[id], &r);
+            check_print(stdout, label, &out[id], &r, 2);
         }
     }
     for (int id = 0; id < OUT_COUNT; id++)

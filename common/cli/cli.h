@@ -86,7 +86,9 @@ typedef struct {
 
 /* Compares every output of r with c's expected files at the tolerance of `precision` (gradients
  * at the gradient tolerance). *max_err gets the largest absolute error; grades (may be NULL) one
- * entry per compared tensor (*ngrades); print: one line per tensor. Returns the failing tensors. */
+ * entry per compared tensor (*ngrades). print: 0 nothing; 1 a summary line first when something is
+ * wrong, then one line per tensor with its first 2 mismatches; 2 (--verbose) up to CHECK_MAX_SHOWN
+ * mismatches per tensor. Returns the failing tensors. */
 int compare_run(const Case *c, const KindRun *r, Precision precision, int print, double *max_err,
                 TensorGrade *grades, int *ngrades);
 /* The non-finite rule: from finite inputs, one warning line per output holding NaN or an infinity

@@ -11,6 +11,7 @@ typedef struct {
     int checked, passed, skipped;
     int code;       /* worst status so far */
     int json_cases; /* check --json: case objects printed so far */
+    char failed_names[400]; /* the failing cases, for the last line */
 } CheckTally;
 
 /* ---- check --json: the grade report, one object per case ----
@@ -107,13 +108,19 @@ static void tally_run_error(const Options *o, const Case *c, const char *label, 
         tally->checked++;
 }
 
-static void tally_result(int failed_tensors, CheckTally *tally)
+static void tally_result(const Case *c, int failed_tensors, CheckTally *tally)
 {
     tally->checked++;
-    if (failed_tensors == 0)
+    if (failed_tensors == 0) {
         tally->passed++;
-    else
-        tally->code = worse(tally->code, FL_CHECK_FAILED);
+        return;
+    }
+    tally->code = worse(tally->code, FL_CHECK_FAILED);
+    size_t used = strlen(tally->failed_names);
+    if (used + strlen(c->name) + 8 < sizeof tally->failed_names)
+        snprintf(tally->failed_names + used, sizeof tally->failed_names - used, "%s%s", used ? ", " : "", c->name);
+    else if (!strstr(tally->failed_names, ", ..."))
+        snprintf(tally->failed_names + used, sizeof tally->failed_names - used, ", ...");
 }
 
 /* Whether the case is left out: a golden case the stage cannot run in the asked direction is
@@ -166,8 +173,8 @@ static void check_one_case(const Options *o, const StageImpl *impl, const Case *
     double max_err;
     TensorGrade grades[KIND_MAX_OUTPUTS];
     int ngrades;
-    const int failed = compare_run(c, &r, impl->precision, !o->json, &max_err, grades, &ngrades);
-    tally_result(failed, tally);
+    const int failed = compare_run(c, &r, impl->precision, o->json ? 0 : 1 + o->verbose, &max_err, grades, &ngrades);
+    tally_result(c, failed, tally);
     if (o->json) {
         GradeNumbers g;
         rc = grade(o, impl, dir, c, &r.stats, &g, &err);
@@ -275,6 +282,8 @@ static int print_summary(const Options *o, const StageImpl *impl, const CheckTal
             printf("; %d golden case%s skipped (features, head dims or direction this run does not cover)",
                    t->skipped, t->skipped == 1 ? "" : "s");
         printf("\n");
+        if (t->failed_names[0])
+            printf("failed: %s\n", t->failed_names);
     }
     if (t->code == FL_OK && t->checked == 0) {
         fprintf(stderr, "flashlab check: no case was checked for stage %s%s: that is not a pass\n", impl->stage,
@@ -297,7 +306,7 @@ int cmd_check(Options *o)
                 no_backward_reason(impl));
         return FL_UNSUPPORTED;
     }
-    CheckTally tally = {0, 0, 0, FL_OK, 0};
+    CheckTally tally = {0, 0, 0, FL_OK, 0, ""};
     if (o->json) { /* the grade report: one JSON object on stdout, messages still on stderr */
         o->verbose = 0;
         print_json_head(impl);

@@ -5,40 +5,65 @@
 
 #include "cli.h"
 
+/* The summary of a failing case, printed before the per-tensor lines: which tensors are wrong and
+ * how many elements, the worst absolute error and where, and the first wrong element. */
+static void print_failure_summary(const KindRun *r, const TensorGrade *g, int n)
+{
+    char list[512] = "", at[96];
+    size_t used = 0;
+    int worst = -1, first = -1;
+    for (int i = 0; i < n; i++) {
+        if (g[i].r.mismatches == 0)
+            continue;
+        used += (size_t)snprintf(list + used, used < sizeof list ? sizeof list - used : 0, "%s%s (%zu of %zu)",
+                                 used ? ", " : "", g[i].name, g[i].r.mismatches, tensor_numel(&r->got[i]));
+        if (worst < 0 || !(g[i].r.max_abs_err <= g[worst].r.max_abs_err))
+            worst = i;
+        if (first < 0)
+            first = i;
+    }
+    printf("    FAIL: %s wrong; worst |err| %.2e in %s at %s", list, g[worst].r.max_abs_err, g[worst].name,
+           check_index_str(&r->got[worst], g[worst].r.worst_index, at, sizeof at));
+    printf("; first wrong: %s at %s\n", g[first].name,
+           check_index_str(&r->got[first], g[first].r.first[0].index, at, sizeof at));
+}
+
 int compare_run(const Case *c, const KindRun *r, Precision precision, int print, double *max_err,
                 TensorGrade *grades, int *ngrades)
 {
-    int failed = 0;
+    TensorGrade g[KIND_MAX_OUTPUTS];
+    int failed = 0, n = 0;
     *max_err = 0.0;
-    if (ngrades)
-        *ngrades = 0;
     for (int i = 0; i < r->count; i++) {
         const Tensor *got = &r->got[i], *want = c->kind->expected(c, r->file[i]);
-        if (!want) {
-            fprintf(stderr, "    %s: no expected file in %s\n", r->file[i], c->dir);
-            failed++;
-            continue;
-        }
         const double tol = check_tolerance(precision, r->gradient[i]);
-        CheckResult res;
-        if (check_tensor(got, want, tol, tol, &res) != 0) {
-            char a[64], b[64];
+        char a[64], b[64];
+        if (!want)
+            fprintf(stderr, "    %s: no expected file in %s\n", r->file[i], c->dir);
+        else if (check_tensor(got, want, tol, tol, &g[n].r) != 0)
             fprintf(stderr, "    %s: shape %s but the expected file has %s\n", r->file[i],
                     tensor_shape_str(got, a, sizeof a), tensor_shape_str(want, b, sizeof b));
-            failed++;
+        else {
+            g[n].name = r->file[i];
+            failed += g[n].r.mismatches != 0;
+            if (g[n].r.max_abs_err > *max_err)
+                *max_err = g[n].r.max_abs_err;
+            n++;
             continue;
         }
-        if (print) {
-            char label[80];
-            snprintf(label, sizeof label, "    %s", r->file[i]);
-            check_print(stdout, label, got, &res);
-        }
-        if (grades)
-            grades[(*ngrades)++] = (TensorGrade){r->file[i], res};
-        if (res.max_abs_err > *max_err)
-            *max_err = res.max_abs_err;
-        failed += res.mismatches != 0;
+        failed++;
     }
+    if (print && failed > 0 && n == r->count)
+        print_failure_summary(r, g, n);
+    for (int i = 0; i < n && print; i++) {
+        char label[80];
+        snprintf(label, sizeof label, "    %s", g[i].name);
+        check_print(stdout, label, &r->got[i], &g[i].r, print > 1 ? CHECK_MAX_SHOWN : 2);
+    }
+    for (int i = 0; i < n && grades; i++)
+        grades[i] = g[i];
+    if (ngrades)
+        *ngrades = n;
     return failed;
 }
 

@@ -406,7 +406,7 @@ int compare_share(const char *name, const float *dev, const float *expected, con
             check_tensor(&g, &e, tol, tol, &r);
             char label[96];
             snprintf(label, sizeof label, "rank %d %s rows [%zu, %zu)", rank, name, chunks[w].lo, chunks[w].hi);
-            check_print(stdout, label, &g, &r);
+            check_print(stdout, label, &g, &r, 2);
             failed += r.mismatches != 0;
         }
     }
