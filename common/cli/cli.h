@@ -73,6 +73,9 @@ int worse(int a, int b);
 /* The folders in dir, sorted; free with free_names. */
 int list_subdirs(const char *dir, char ***names, int *count, FlError *err);
 void free_names(char **names, int count);
+/* text on stdout in lines of at most width columns, each indented by indent spaces. */
+void print_wrapped(int indent, int width, const char *text);
+#define CLI_WIDTH 120 /* list and tour fit a terminal this wide */
 /* s as a JSON string literal on stdout. */
 void json_string(const char *s);
 

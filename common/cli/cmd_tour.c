@@ -1,6 +1,6 @@
 /* cmd_tour.c — flashlab tour: every implementation in ladder order on its kind's tour case, one
- * table: what was checked, pass/FAIL, max error, HBM bytes read and written, extra memory, time,
- * GFLOP/s and the lesson. */
+ * table: what was checked, pass/FAIL, max error, HBM bytes read and written, extra memory, time and
+ * GFLOP/s; then each stage's lesson, one line each. Every line fits CLI_WIDTH columns. */
 #include <string.h>
 
 #include "cli.h"
@@ -13,7 +13,7 @@ static int row_start(const StageImpl *impl)
     char dev[48];
     printf("%-5s  %-12s  ", impl->stage, impl_label(impl, dev, sizeof dev));
     if (impl->device == DEVICE_CUDA && !cuda_device_available()) {
-        printf("skipped (no CUDA device)  %s\n", impl->lesson);
+        printf("skipped (no CUDA device)\n");
         return 0;
     }
     return 1;
@@ -49,7 +49,7 @@ static int tour_row(const Options *o, const StageImpl *impl, const Case *c)
     const Direction dir = c->kind->direction(impl, c, o->direction);
     char why[160] = "", r[32], w[32], e[32];
     if (c->kind->supports(impl, dir, c, why, sizeof why, NULL) != FL_OK) {
-        printf("n/a: %s  %s\n", why, impl->lesson);
+        printf("n/a: %s\n", why);
         return 0;
     }
     FlError err = {{0}};
@@ -65,12 +65,12 @@ static int tour_row(const Options *o, const StageImpl *impl, const Case *c)
     snprintf(err_s, sizeof err_s, "%.1e", n.max_err);
     if (c->kind->marker) /* not the default kind's tour case: say which case the row ran */
         snprintf(other_case, sizeof other_case, " (%s)", c->name);
-    printf("%-7s  %-4s  %-8s  %9s  %9s  %9s  %9.3f  %8.2f  %s%s\n", c->kind->label(dir), n.failed ? "FAIL" : "pass",
+    printf("%-7s  %-4s  %-7s  %9s  %9s  %9s  %9.3f  %8.2f%s\n", c->kind->label(dir), n.failed ? "FAIL" : "pass",
            err_s, human_bytes((double)s->fwd.bytes_read, r, sizeof r), human_bytes((double)s->fwd.bytes_written, w, sizeof w),
            human_bytes((double)s->extra_bytes_fwd, e, sizeof e), n.ms, c->kind->flops(c, DIR_FWD) / (n.ms * 1e6),
-           impl->lesson, other_case);
+           other_case);
     if (dir == DIR_BWD) /* the backward pass's own counters; time and rate of forward + backward */
-        printf("%-5s  %-12s  %-7s  %-4s  %-8s  %9s  %9s  %9s  %9.3f  %8.2f  (backward pass; time: fwd+bwd)\n", "", "",
+        printf("%-5s  %-12s  %-7s  %-4s  %-7s  %9s  %9s  %9s  %9.3f  %8.2f\n", "", "",
                "bwd", "", "", human_bytes((double)s->bwd.bytes_read, r, sizeof r),
                human_bytes((double)s->bwd.bytes_written, w, sizeof w), human_bytes((double)s->extra_bytes_bwd, e, sizeof e),
                n.ms_both, c->kind->flops(c, DIR_BWD) / (n.ms_both * 1e6));
@@ -100,15 +100,30 @@ static void print_head(const Options *o, const Case *cases, int count)
     for (int i = 0; i < count; i++) {
         char sizes[256];
         cases[i].kind->describe(&cases[i], sizes, sizeof sizes);
-        printf("tour case %s/%s (%s stages): %s%s\n", golden_dir(), cases[i].name, cases[i].kind->name, sizes,
+        printf("tour case %s (%s stages): %s%s\n", cases[i].name, cases[i].kind->name, sizes,
                cases[i].kind->asks_backward(&cases[i]) ? ", with dO" : "");
     }
+    printf("golden cases from %s\n", golden_dir());
     printf("HBM read/written and extra memory: forward pass (a 'bwd' line below a row: the backward pass);\n"
-           "time: median of %d runs of the forward (on a 'bwd' line: forward + backward); "
+           "time: median of %d runs of the forward (on a 'bwd' line: forward + backward);\n"
            "SRAM M = %zu bytes for the tiled CPU stages\n\n",
            TOUR_REPS, run_ctx(o).sram_bytes);
-    printf("%-5s  %-12s  %-7s  %-4s  %-8s  %9s  %9s  %9s  %9s  %8s  %s\n", "stage", "device", "checked", "ok?",
-           "max err", "HBM read", "HBM write", "extra mem", "time ms", "GFLOP/s", "lesson");
+    printf("%-5s  %-12s  %-7s  %-4s  %-7s  %9s  %9s  %9s  %9s  %8s\n", "stage", "device", "checked", "ok?",
+           "max err", "HBM read", "HBM write", "extra mem", "time ms", "GFLOP/s");
+}
+
+/* Each stage's lesson once (its default implementation's), a line each, cut to CLI_WIDTH. */
+static void print_lessons(const Options *o)
+{
+    const StageImpl *const *all = stage_registry();
+    printf("\nlessons:\n");
+    for (int i = 0; all[i]; i++) {
+        if ((!o->device_all && all[i]->device != o->device) || (i > 0 && !strcmp(all[i - 1]->stage, all[i]->stage)))
+            continue;
+        const int room = CLI_WIDTH - 7;
+        const int cut = (int)strlen(all[i]->lesson) > room;
+        printf("%-5s  %.*s%s\n", all[i]->stage, cut ? room - 3 : room, all[i]->lesson, cut ? "..." : "");
+    }
 }
 
 int cmd_tour(Options *o)
@@ -137,6 +152,7 @@ int cmd_tour(Options *o)
     }
     for (int k = 0; k < nkinds; k++)
         case_free(&cases[k]);
+    print_lessons(o);
     if (rows == 0) {
         fprintf(stderr, "flashlab tour: no stages in this build for this device: nothing ran\n");
         return FL_BAD_INPUT;

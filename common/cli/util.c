@@ -169,3 +169,22 @@ void free_names(char **names, int count)
         free(names[i]);
     free(names);
 }
+
+void print_wrapped(int indent, int width, const char *text)
+{
+    const char *p = text;
+    while (*p) {
+        int room = width - indent, n = (int)strlen(p);
+        if (n > room) { /* break at the last space that fits */
+            n = room;
+            while (n > 0 && p[n] != ' ')
+                n--;
+            if (n == 0)
+                n = room;
+        }
+        printf("%*s%.*s\n", indent, "", n, p);
+        p += n;
+        while (*p == ' ')
+            p++;
+    }
+}
