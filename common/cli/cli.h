@@ -76,6 +76,9 @@ void free_names(char **names, int count);
 /* text on stdout in lines of at most width columns, each indented by indent spaces. */
 void print_wrapped(int indent, int width, const char *text);
 #define CLI_WIDTH 120 /* list and tour fit a terminal this wide */
+/* When stderr is a terminal: "[3 of 12 done, 41 s] what" on one rewritten line (done == total
+ * clears it). Nothing otherwise, so logs and pipes stay clean. */
+void progress_line(int done, int total, double start_ms, const char *what);
 /* s as a JSON string literal on stdout. */
 void json_string(const char *s);
 

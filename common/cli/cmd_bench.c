@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "timer.h"
 
 enum { MAX_RANKS = 64 }; /* --ranks is at most 64 */
 
@@ -44,6 +45,7 @@ static void print_json_row(const BenchRow *row, const Case *c, int first)
 
 static void print_text_row(const BenchRow *row, const Case *c)
 {
+    progress_line(1, 1, 0.0, ""); /* the row replaces the progress line */
     char dev[48], sizes[96] = "", r[32], w[32], e[32];
     if (c->kind)
         c->kind->columns(c, sizes, sizeof sizes);
@@ -193,19 +195,30 @@ int cmd_bench(Options *o)
         fprintf(stderr, "flashlab bench: no %s stages in this build\n", device_name(o->device));
         return FL_BAD_INPUT;
     }
-    int rows = 0, errors = 0;
+    int rows = 0, errors = 0, total = 0;
+    for (int s = 0; s < n; s++)
+        total += o->direction == DIR_BWD && !has_backward(chosen[s]) ? 0 : o->T.count * o->d.count;
+    const double start = timer_now_ms();
     for (int s = 0; s < n; s++) {
         if (o->direction == DIR_BWD && !has_backward(chosen[s]))
             continue; /* forward-only stage: nothing to time backward */
         for (int ti = 0; ti < o->T.count; ti++)
             for (int di = 0; di < o->d.count; di++) {
+                char what[96];
+                snprintf(what, sizeof what, "stage %s%s%s, T = %d, d = %d", chosen[s]->stage,
+                         chosen[s]->variant[0] ? " " : "", chosen[s]->variant, o->T.values[ti], o->d.values[di]);
                 if (rows == 0)
                     print_header(o);
+                fflush(stdout);
+                if (!o->json)
+                    progress_line(rows, total, start, what);
                 const int status = bench_one(o, chosen[s], o->T.values[ti], o->d.values[di], rows == 0);
                 errors += status != FL_OK && status != FL_UNSUPPORTED;
                 rows++;
             }
     }
+    if (!o->json)
+        progress_line(total, total, start, "");
     if (o->json && rows > 0)
         printf("\n]\n");
     if (rows == 0) {

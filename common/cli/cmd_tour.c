@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "timer.h"
 
 #define TOUR_REPS 5
 
@@ -140,15 +141,25 @@ int cmd_tour(Options *o)
         return FL_BAD_INPUT;
     print_head(o, cases, nkinds);
     const StageImpl *const *all = stage_registry();
-    int rows = 0, failed = 0;
+    int rows = 0, failed = 0, total = 0;
+    for (int i = 0; all[i]; i++)
+        total += o->device_all || all[i]->device == o->device;
+    const double start = timer_now_ms();
     for (int i = 0; all[i]; i++) {
         if (!o->device_all && all[i]->device != o->device)
             continue;
+        char what[64];
+        snprintf(what, sizeof what, "stage %s %s%s%s", all[i]->stage, device_name(all[i]->device),
+                 all[i]->variant[0] ? " " : "", all[i]->variant);
+        progress_line(rows, total, start, what);
+        fflush(stdout);
         for (int k = 0; k < nkinds; k++)
             if (cases[k].kind == kind_of_stage(all[i])) {
+                progress_line(total, total, start, ""); /* the row replaces it */
                 failed += tour_row(o, all[i], &cases[k]);
                 rows++;
             }
+        fflush(stdout);
     }
     for (int k = 0; k < nkinds; k++)
         case_free(&cases[k]);

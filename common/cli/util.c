@@ -4,8 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "timer.h"
 #include "stage_files.h"
 
 int usage_error(const char *command, const char *fmt, const char *what)
@@ -187,4 +189,20 @@ void print_wrapped(int indent, int width, const char *text)
         while (*p == ' ')
             p++;
     }
+}
+
+void progress_line(int done, int total, double start_ms, const char *what)
+{
+    static int shown;
+    if (!isatty(STDERR_FILENO))
+        return;
+    if (done >= total) { /* finished: clear the line */
+        if (shown)
+            fprintf(stderr, "\r%*s\r", 100, "");
+        shown = 0;
+        return;
+    }
+    fprintf(stderr, "\r[%d of %d done, %.0f s] %-60.60s", done, total, (timer_now_ms() - start_ms) / 1000.0, what);
+    fflush(stderr);
+    shown = 1;
 }
