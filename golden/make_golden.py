@@ -48,7 +48,10 @@ import re
 import shutil
 import sys
 
-import numpy as np
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from need_modules import need  # noqa: E402  (re-runs this script under a python3 that has the modules)
+need("numpy")
+import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "cases")

@@ -26,12 +26,10 @@ import subprocess
 import sys
 import tempfile
 
-try:
-    import numpy as np
-except ImportError:
-    print(f"NumPy not found for {sys.executable}: golden regeneration check skipped "
-          "(install numpy, or configure with a python3 that has it)")
-    sys.exit(77)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from need_modules import need  # noqa: E402  (re-runs this script under a python3 that has the modules)
+need("numpy", missing_exit=77)  # 77: CTest counts the check as skipped
+import numpy as np  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INPUTS = {"q.npy", "k.npy", "v.npy", "do.npy", "sinks.npy",                  # attention

@@ -30,12 +30,10 @@ import shutil
 import subprocess
 import sys
 
-try:
-    import numpy as np
-except ImportError:
-    print(f"NumPy not found for {sys.executable}: hidden golden cases test skipped "
-          "(install numpy, or configure with a python3 that has it)")
-    sys.exit(77)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from need_modules import need  # noqa: E402  (re-runs this script under a python3 that has the modules)
+need("numpy", missing_exit=77)  # 77: CTest counts the test as skipped
+import numpy as np  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GENERATOR = os.path.join(ROOT, "golden", "make_golden.py")

@@ -19,6 +19,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from need_modules import need  # noqa: E402  (re-runs this script under a python3 that has the modules)
+
 NEEDED = ["numpy", "matplotlib", "nbformat", "nbclient", "ipykernel"]
 
 
@@ -50,6 +53,7 @@ def main():
     ap.add_argument("--timeout", type=int, default=300, help="seconds per cell (default 300)")
     args = ap.parse_args()
 
+    need(*NEEDED, missing_exit=77)  # another python3 that has them all, or exit 77 (skipped)
     missing = [m for m in NEEDED if importlib.util.find_spec(m) is None]
     if missing:
         print(f"{sys.executable}: missing Python modules: {', '.join(missing)}; notebook skipped")

@@ -28,6 +28,8 @@ import subprocess
 import sys
 import time
 
+from need_modules import need  # the same folder: re-runs under a python3 that has the modules
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOUR = os.path.join(ROOT, "golden", "cases", "tour")
 SRAM = 128 * 1024  # the CPU tiled stages' M, named explicitly so that the label stays true
@@ -38,6 +40,7 @@ READ_COLOR, WRITE_COLOR = "#3b6ea5", "#e08a2c"
 
 
 def setup_matplotlib():
+    need("numpy", "matplotlib")
     try:
         import numpy  # noqa: F401  (the tour case's .npy headers)
         import matplotlib
