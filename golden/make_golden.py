@@ -49,8 +49,11 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
-from need_modules import need  # noqa: E402  (re-runs this script under a python3 that has the modules)
-need("numpy")
+try:  # re-runs this script under a python3 that has NumPy (tools/need_modules.py)
+    from need_modules import need
+    need("numpy")
+except ImportError:  # a copy of the script outside the repository: plain imports below
+    pass
 import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
