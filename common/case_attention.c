@@ -186,15 +186,39 @@ static int check_sizes_fit(const Case *c, FlError *err)
 }
 
 /* One warning line per input file holding NaN or Inf; returns how many files did. */
+/* A page pool (P, page_size, Hkv, width) of a paged case: one warning when a slot some sequence uses
+ * holds NaN or Inf. The slots no sequence uses are never read (the golden cases fill them with NaN
+ * to catch a stage that reads them), so they do not count. Returns 1 when it warned. */
+static int warn_nonfinite_pool(const Case *c, const char *file, const Tensor *pool)
+{
+    const AttnProblem *p = &c->problem;
+    const size_t row = (size_t)p->Hkv * (size_t)pool->shape[3];
+    size_t count = 0, first = 0;
+    for (int b = 0; b < p->B; b++)
+        for (int j = 0; j < p->seq_lens[b]; j++) {
+            const size_t page = (size_t)p->block_table[(size_t)b * p->max_pages + j / p->page_size];
+            const size_t base = (page * (size_t)p->page_size + (size_t)(j % p->page_size)) * row;
+            for (size_t e = 0; e < row; e++)
+                if (!isfinite(pool->data[base + e]) && count++ == 0)
+                    first = base + e;
+        }
+    if (count == 0)
+        return 0;
+    char index[96];
+    fl_warn("%s/%s: %zu non-finite value%s (NaN or Inf) in the slots the sequences use, the first at %s; outputs "
+            "that depend on %s carry NaN",
+            c->dir, file, count, count == 1 ? "" : "s", tensor_index_str(pool, first, index, sizeof index),
+            count == 1 ? "it" : "them");
+    return 1;
+}
+
 static int warn_nonfinite_inputs(const Case *c)
 {
-    const char *kv = c->is_paged ? "_pages" : "";
-    char kname[32], vname[32];
-    snprintf(kname, sizeof kname, "k%s.npy", kv);
-    snprintf(vname, sizeof vname, "v%s.npy", kv);
-    return case_warn_nonfinite(c, "q.npy", &c->q) + case_warn_nonfinite(c, kname, &c->k) +
-           case_warn_nonfinite(c, vname, &c->v) + case_warn_nonfinite(c, "do.npy", &c->dout) +
-           case_warn_nonfinite(c, "sinks.npy", &c->sinks);
+    int files = case_warn_nonfinite(c, "q.npy", &c->q) + case_warn_nonfinite(c, "do.npy", &c->dout) +
+                case_warn_nonfinite(c, "sinks.npy", &c->sinks);
+    if (c->is_paged)
+        return files + warn_nonfinite_pool(c, "k_pages.npy", &c->k) + warn_nonfinite_pool(c, "v_pages.npy", &c->v);
+    return files + case_warn_nonfinite(c, "k.npy", &c->k) + case_warn_nonfinite(c, "v.npy", &c->v);
 }
 
 /* ---- paged decode cases (stage 11) -------------------------------------------------------- */

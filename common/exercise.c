@@ -1,6 +1,7 @@
 /* exercise.c — the student copy of a stage: `flashlab exercise STAGE DIR` (see exercise.h). */
 #include "exercise.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "attn.h"
@@ -598,7 +600,9 @@ static void write_readme(const Exercise *ex, const char *final_dir, Buf *out)
                "cmake --build --preset default\n"
                "ctest --test-dir build -R student_build            # compiles your copy; shows the compiler's errors\n"
                "```\n\n"
-               "Only your copy is built by that test: if it does not compile, the rest of the build still works.\n\n",
+               "Only your copy is built by that test: if it does not compile, the rest of the build still works.\n"
+               "After an edit, `build/flashlab ... --variant student` notices that your copy is newer than\n"
+               "`build/flashlab_student` and builds it again first (the compiler's errors, if any, end the run).\n\n",
                ex->number, final_dir);
     buf_printf(out,
                "## Test\n\n"
@@ -793,6 +797,55 @@ static int has_student_impls(void)
     return 0;
 }
 
+/* The newest modification time of the copy's sources (.c, .cu, .h, CMakeLists.txt) in dir. */
+static time_t newest_source(const char *dir)
+{
+    time_t newest = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+        const char *dot = strrchr(e->d_name, '.');
+        if (!(dot && (!strcmp(dot, ".c") || !strcmp(dot, ".cu") || !strcmp(dot, ".h"))) &&
+            strcmp(e->d_name, "CMakeLists.txt") != 0)
+            continue;
+        char path[PATH_MAX + 256];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (stat(path, &st) == 0 && st.st_mtime > newest)
+            newest = st.st_mtime;
+    }
+    if (d)
+        closedir(d);
+    return newest;
+}
+
+/* When the student's copy (named in BUILD/flashlab_student.dir) changed since BUILD/flashlab_student
+ * was linked, or the executable is missing, builds it again: FL_OK, or FL_BAD_INPUT when the copy
+ * does not compile (the compiler's messages are on the terminal). */
+static int student_build_fresh(const char *build_dir, const char *student, const char *command)
+{
+    char marker[PATH_MAX + 32], dir[PATH_MAX] = "";
+    snprintf(marker, sizeof marker, "%s/flashlab_student.dir", build_dir);
+    FILE *f = fopen(marker, "r");
+    if (!f)
+        return FL_OK; /* no student copy configured: the caller says what to do */
+    int got = fgets(dir, sizeof dir, f) != NULL;
+    fclose(f);
+    dir[strcspn(dir, "\n")] = '\0';
+    struct stat st;
+    if (got && stat(student, &st) == 0 && newest_source(dir) <= st.st_mtime)
+        return FL_OK;
+    fprintf(stderr, "flashlab %s: %s changed since %s was built: building it (cmake --build %s --target "
+            "flashlab_student)\n", command, dir, student, build_dir);
+    const char *const cmake[] = {"cmake", "--build", build_dir, "--target", "flashlab_student", NULL};
+    FlError err = {{0}};
+    int status = stage_run_program(cmake, NULL, STDERR_FILENO, &err);
+    if (status == 0)
+        return FL_OK;
+    fprintf(stderr, "flashlab %s: your copy in %s does not build (the compiler's messages are above)\n", command,
+            dir);
+    return FL_BAD_INPUT;
+}
+
 int exercise_forward_to_student_build(int argc, char **argv)
 {
     if (!asks_for_student_variant(argc, argv) || has_student_impls())
@@ -803,7 +856,11 @@ int exercise_forward_to_student_build(int argc, char **argv)
     char *slash = strrchr(self, '/');
     if (slash && !strcmp(slash + 1, "flashlab_student"))
         return -1; /* it is the student build: its own lookup says what is missing */
-    snprintf(student, sizeof student, "%.*s/flashlab_student", slash ? (int)(slash - self) : 1, slash ? self : ".");
+    char build_dir[PATH_MAX];
+    snprintf(build_dir, sizeof build_dir, "%.*s", slash ? (int)(slash - self) : 1, slash ? self : ".");
+    snprintf(student, sizeof student, "%s/flashlab_student", build_dir);
+    if (student_build_fresh(build_dir, student, argc > 1 ? argv[1] : "") != FL_OK)
+        return FL_BAD_INPUT;
     fflush(stdout);
     if (access(student, X_OK) == 0)
         execv(student, argv);
