@@ -293,6 +293,24 @@ static int print_summary(const Options *o, const StageImpl *impl, const CheckTal
     return t->code;
 }
 
+/* A student copy checked on the CPU: say plainly when its CUDA half was not (no device here, or a
+ * build without CUDA), so a pass is not read as a pass of the whole exercise. */
+static void note_unchecked_cuda(const Options *o, const StageImpl *impl)
+{
+    if (impl->device != DEVICE_CPU || strncmp(impl->variant, "student", 7) != 0 || o->json)
+        return;
+    const StageImpl *gpu = stage_find(impl->stage, DEVICE_CUDA, impl->variant);
+    if (gpu && cuda_device_available())
+        printf("note: this checked the CPU half of your copy; the CUDA half: build/flashlab check %s --variant %s "
+               "--device cuda\n", impl->stage, impl->variant);
+    else if (gpu)
+        printf("note: the CUDA half of your copy (the .cu file) compiled but was NOT checked: there is no CUDA "
+               "device here\n");
+    else
+        printf("note: the CUDA half of your copy (the .cu file, if the stage has one) was NOT compiled or "
+               "checked: this build has no CUDA\n");
+}
+
 int cmd_check(Options *o)
 {
     if (o->npositional < 1)
@@ -315,5 +333,7 @@ int cmd_check(Options *o)
         check_case_dir(o, impl, o->positional[i], 1, &tally);
     if (o->npositional == 1 && check_golden(o, impl, &tally) != FL_OK)
         return FL_BAD_INPUT;
-    return print_summary(o, impl, &tally);
+    rc = print_summary(o, impl, &tally);
+    note_unchecked_cuda(o, impl);
+    return rc;
 }
