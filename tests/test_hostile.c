@@ -242,6 +242,40 @@ static void huge_scale(void)
     EXPECT(!exists(out));
 }
 
+/* The fuzzers' finite-overflow findings: magnitudes whose float32 sums or products would overflow
+ * are refused, naming the file; the same scores without a backward pass still run. */
+static void magnitudes(void)
+{
+    char dir[600], out[700], path[800];
+    snprintf(out, sizeof out, "%s/out", work);
+    const int64_t shape[4] = {1, 1, 37, 80}; /* causal_t37_d80's q, k, v, do */
+    static const struct {
+        const char *file;
+        double fill;
+        const char *json, *names;
+    } cases[] = {{"v.npy", 1e37, "{\"causal\": true}", "v.npy"},
+                 {"do.npy", 1e30, "{\"causal\": true}", "do.npy"},
+                 {"q.npy", 1e20, "{\"causal\": true, \"scale\": 1e-30}", "before the scale"},
+                 {NULL, 0.0, "{\"causal\": true, \"scale\": 100000}", "recomputes exp"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        copy_case("causal_t37_d80", dir, sizeof dir);
+        write_text(dir, "case.json", cases[i].json);
+        if (cases[i].file)
+            write_filled(dir, cases[i].file, NPY_FLOAT32, 4, shape, cases[i].fill);
+        if (cases[i].file && !strcmp(cases[i].file, "q.npy"))
+            write_filled(dir, "k.npy", NPY_FLOAT32, 4, shape, cases[i].fill);
+        const char *args[] = {"run", "10", dir, "--out", out, NULL};
+        Outcome r = run_tool(args, 0);
+        EXPECT_REFUSED(r, cases[i].names);
+        EXPECT(!exists(out));
+    }
+    snprintf(path, sizeof path, "%s/do.npy", dir); /* the large scale without a backward pass runs */
+    unlink(path);
+    const char *args[] = {"run", "10", dir, "--out", out, NULL};
+    Outcome r = run_tool(args, 0);
+    EXPECT_EXIT(r, 0);
+}
+
 /* 5. --out may not be the case folder, lie inside one, or hold a case's input files. */
 static void out_into_case(void)
 {
@@ -417,7 +451,8 @@ static const struct {
     const char *name;
     void (*run)(void);
 } items[] = {{"paged_seq_len", paged_seq_len},       {"huge_window", huge_window},
-             {"huge_scale", huge_scale},             {"out_into_case", out_into_case},
+             {"huge_scale", huge_scale},             {"magnitudes", magnitudes},
+             {"out_into_case", out_into_case},
              {"dangling_link", dangling_link},       {"fifo_input", fifo_input},
              {"huge_output", huge_output},           {"header_control_bytes", header_control_bytes},
              {"shape_literals", shape_literals},     {"nan_input", nan_input}};
