@@ -20,11 +20,7 @@
 #include "kind_mla.h"
 #include "runner.h"
 
-typedef struct {
-    int B, Tq, Tk, D, mq, H, dh, m, p, dv, causal;
-} MlaShape;
-
-static const MlaShape shapes[] = {
+static const TestMlaShape shapes[] = {
     {2, 1, 37, 24, 16, 4, 16, 32, 8, 16, 1},   /* a decode step */
     {1, 3, 40, 32, 16, 8, 8, 24, 4, 12, 1},    /* three new tokens, 8 heads: blocks straddle tokens */
     {3, 5, 29, 21, 11, 5, 7, 19, 2, 9, 0},     /* odd sizes, no mask */
@@ -129,41 +125,6 @@ static int model_naive(const MlaProblem *p, Device device, Model *e)
     return 0;
 }
 
-/* ---- one problem: seeded inputs ------------------------------------------------------------ */
-
-typedef struct {
-    MlaProblem p;
-    float *in[MLA_INPUT_COUNT];
-} MlaInputs;
-
-static void inputs_free(MlaInputs *x)
-{
-    for (int id = 0; id < MLA_INPUT_COUNT; id++)
-        free(x->in[id]);
-}
-
-static int inputs_make(const MlaShape *s, uint64_t seed, MlaInputs *x)
-{
-    memset(x, 0, sizeof *x);
-    MlaProblem *p = &x->p;
-    p->B = s->B, p->Tq = s->Tq, p->Tk = s->Tk, p->D = s->D, p->mq = s->mq, p->H = s->H, p->dh = s->dh;
-    p->m = s->m, p->p = s->p, p->dv = s->dv, p->causal = s->causal, p->rope_theta = 10000.0f;
-    p->scale = 1.0f / sqrtf((float)(s->dh + s->p));
-    Rng rng;
-    rng_seed(&rng, seed);
-    for (int id = 0; id < MLA_INPUT_COUNT; id++) {
-        const size_t n = mla_numel(p, id);
-        x->in[id] = malloc(n * sizeof(float));
-        if (!x->in[id]) {
-            inputs_free(x);
-            return -1;
-        }
-        rng_fill_normal(&rng, x->in[id], n, id <= MLA_KPE ? 1.0f : 0.2f);
-        p->in[id] = x->in[id];
-    }
-    return 0;
-}
-
 /* Runs impl with counting on (SRAM size M, or block rows block_r when > 0); y must hold B Tq D floats. */
 static int run_counted(const StageImpl *impl, const MlaProblem *p, size_t M, float *y, Model *got)
 {
@@ -205,8 +166,8 @@ static double max_rel_diff(const float *a, const float *b, size_t n)
 /* Both variants on one shape: counts against the models, and y of one against the other. */
 static int check_shape(Device device, int shape, int *checks)
 {
-    MlaInputs x;
-    if (inputs_make(&shapes[shape], 9000u + (uint64_t)shape, &x) != 0) {
+    TestMla x;
+    if (test_mla_make(&x, &shapes[shape], 9000u + (uint64_t)shape) != 0) {
         fprintf(stderr, "out of memory\n");
         return 1;
     }
@@ -240,7 +201,7 @@ static int check_shape(Device device, int shape, int *checks)
     }
     free(y_abs);
     free(y_naive);
-    inputs_free(&x);
+    test_mla_free(&x);
     return failed;
 }
 

@@ -8,8 +8,8 @@
  *
  * Usage: test_hbm_model_11 cpu|cuda (77 without a CUDA device). The expected bytes are computed
  * here from the doc's rule, not from the stage's code: the keys a query block walks are found by
- * brute force (every key some position between the block's lowest and furthest row sees, DESIGN
- * §3 through test_key_visible), numbered in order, cut into chunks of ceil(count / splits) and
+ * brute force (every key some position between the block's lowest and furthest row sees, docs/conventions.md
+ * through test_key_visible), numbered in order, cut into chunks of ceil(count / splits) and
  * tiles of Bc; a tile of a paged cache reads the table entry of each distinct page it touches. */
 #include <math.h>
 #include <stdint.h>
@@ -25,20 +25,11 @@
 #include "runner.h"
 #include "test_support.h"
 
-enum { MAX_B = 4 };
-
-typedef struct {
-    int B, Hq, Hkv, Tq, d, dv;
-    int page_size;    /* 0: contiguous K/V, every sequence lens[0] keys */
-    int lens[MAX_B];  /* seq_lens */
-    int causal, window, sink_tokens, sinks;
-} PagedShape;
-
 /* A GQA decode batch with ragged lengths 1 .. 1000 in pages of 16; page size 1 with MQA and
  * d != dv, no mask; the gpt-oss decode configuration scaled down (group 8, window 32, learned
  * sinks) with Tq = 3 and pages of 7; a window with sink tokens in pages of 4; a contiguous decode
  * batch; a contiguous problem of 37 queries (several query blocks, some straddling two heads). */
-static const PagedShape shapes[] = {
+static const TestPagedShape shapes[] = {
     {4, 32, 8, 1, 128, 128, 16, {1, 37, 300, 1000}, 1, 0, 0, 0},
     {2, 4, 1, 1, 24, 40, 1, {5, 77}, 0, 0, 0, 0},
     {3, 16, 2, 3, 64, 64, 7, {3, 50, 200}, 1, 32, 0, 1},
@@ -49,147 +40,7 @@ static const PagedShape shapes[] = {
 enum { SHAPE_COUNT = sizeof shapes / sizeof shapes[0] };
 static const int forced_splits[] = {1, 2, 5};
 
-/* A problem and its buffers (paged: k, v are the pools; table and lens are int32). */
-typedef struct {
-    AttnProblem p;
-    float *q, *k, *v, *sinks, *o, *lse;
-    int32_t *table, *lens;
-} Paged;
-
-static void paged_free(Paged *x)
-{
-    free(x->q), free(x->k), free(x->v), free(x->sinks), free(x->o), free(x->lse);
-    free(x->table), free(x->lens);
-    memset(x, 0, sizeof *x);
-}
-
-static float *nan_floats(size_t n)
-{
-    float *x = malloc((n ? n : 1) * sizeof *x);
-    for (size_t i = 0; x && i < n; i++)
-        x[i] = NAN;
-    return x;
-}
-
-/* Pools of P = (pages the sequences use) + 2 pages, handed out in a shuffled order; used slots
- * ~ N(0, 1), every other slot NaN. Contiguous: k, v (B, Hkv, Tk, d|dv) ~ N(0, 1). */
-static int paged_make(Paged *x, const PagedShape *s, uint64_t seed)
-{
-    memset(x, 0, sizeof *x);
-    AttnProblem *p = &x->p;
-    p->B = s->B, p->Hq = s->Hq, p->Hkv = s->Hkv, p->Tq = s->Tq, p->d = s->d, p->dv = s->dv;
-    p->scale = 1.0f / sqrtf((float)s->d);
-    p->causal = s->causal || s->window > 0, p->window = s->window, p->sink_tokens = s->sink_tokens;
-    p->page_size = s->page_size;
-    for (int b = 0; b < s->B; b++)
-        p->Tk = s->lens[b] > p->Tk ? s->lens[b] : p->Tk;
-    Rng rng;
-    rng_seed(&rng, seed);
-    x->q = test_random_floats(&rng, (size_t)s->B * s->Hq * s->Tq * s->d);
-    if (s->sinks)
-        x->sinks = test_random_floats(&rng, (size_t)s->Hq);
-    x->o = nan_floats((size_t)s->B * s->Hq * s->Tq * s->dv);
-    x->lse = nan_floats((size_t)s->B * s->Hq * s->Tq);
-    if (s->page_size == 0) {
-        x->k = test_random_floats(&rng, (size_t)s->B * s->Hkv * p->Tk * s->d);
-        x->v = test_random_floats(&rng, (size_t)s->B * s->Hkv * p->Tk * s->dv);
-    } else {
-        int used = 0, most = 0;
-        for (int b = 0; b < s->B; b++) {
-            const int n = (s->lens[b] + s->page_size - 1) / s->page_size;
-            used += n, most = n > most ? n : most;
-        }
-        p->num_pages = used + 2, p->max_pages = most + 1;
-        const size_t slot_k = (size_t)s->Hkv * s->d, slot_v = (size_t)s->Hkv * s->dv;
-        const size_t slots = (size_t)p->num_pages * s->page_size;
-        x->k = nan_floats(slots * slot_k), x->v = nan_floats(slots * slot_v);
-        x->table = malloc(sizeof(int32_t) * (size_t)s->B * p->max_pages);
-        x->lens = malloc(sizeof(int32_t) * (size_t)s->B);
-        int32_t *order = malloc(sizeof(int32_t) * (size_t)p->num_pages);
-        if (!x->k || !x->v || !x->table || !x->lens || !order) {
-            free(order);
-            return -1;
-        }
-        for (int i = 0; i < p->num_pages; i++)
-            order[i] = i;
-        for (int i = p->num_pages - 1; i > 0; i--) {
-            const int j = (int)(rng_next_u64(&rng) % (uint64_t)(i + 1)), t = order[i];
-            order[i] = order[j], order[j] = t;
-        }
-        for (int b = 0, next = 0; b < s->B; b++) {
-            x->lens[b] = s->lens[b];
-            for (int i = 0; i < p->max_pages; i++)
-                x->table[(size_t)b * p->max_pages + i] = i * s->page_size < s->lens[b] ? order[next++] : -1;
-            for (int j = 0; j < s->lens[b]; j++) {
-                const size_t slot = (size_t)x->table[(size_t)b * p->max_pages + j / s->page_size] * s->page_size +
-                                    j % s->page_size;
-                rng_fill_normal(&rng, x->k + slot * slot_k, slot_k, 1.0f);
-                rng_fill_normal(&rng, x->v + slot * slot_v, slot_v, 1.0f);
-            }
-        }
-        free(order);
-        p->block_table = x->table, p->seq_lens = x->lens;
-    }
-    p->q = x->q, p->k = x->k, p->v = x->v, p->sinks = x->sinks;
-    return x->q && x->k && x->v && x->o && x->lse && (!s->sinks || x->sinks) ? 0 : -1;
-}
-
-static int seq_len(const Paged *x, int b) { return x->p.page_size > 0 ? x->lens[b] : x->p.Tk; }
-
-/* Key j of kv head h of sequence b, in k (width d) or v (width dv). */
-static const float *key_row(const Paged *x, const float *base, int b, int h, int j, int width)
-{
-    const AttnProblem *p = &x->p;
-    if (p->page_size == 0)
-        return base + (((size_t)b * p->Hkv + h) * p->Tk + j) * width;
-    const size_t slot = (size_t)x->table[(size_t)b * p->max_pages + j / p->page_size] * p->page_size +
-                        j % p->page_size;
-    return base + (slot * p->Hkv + h) * width;
-}
-
-/* Sequence b alone as a contiguous problem (B = 1, Tk = its length), its keys gathered into k, v. */
-static int sequence_problem(const Paged *x, int b, AttnProblem *sub, float **k, float **v)
-{
-    const AttnProblem *p = &x->p;
-    const int len = seq_len(x, b);
-    *sub = *p;
-    sub->B = 1, sub->Tk = len, sub->page_size = 0, sub->block_table = sub->seq_lens = NULL;
-    sub->q = x->q + (size_t)b * p->Hq * p->Tq * p->d;
-    *k = malloc(sizeof(float) * ((size_t)p->Hkv * len * p->d + 1));
-    *v = malloc(sizeof(float) * ((size_t)p->Hkv * len * p->dv + 1));
-    if (!*k || !*v)
-        return -1;
-    for (int h = 0; h < p->Hkv; h++)
-        for (int j = 0; j < len; j++) {
-            memcpy(*k + ((size_t)h * len + j) * p->d, key_row(x, x->k, b, h, j, p->d), sizeof(float) * p->d);
-            memcpy(*v + ((size_t)h * len + j) * p->dv, key_row(x, x->v, b, h, j, p->dv), sizeof(float) * p->dv);
-        }
-    sub->k = *k, sub->v = *v;
-    return 0;
-}
-
-/* The largest error of o and lse against the float64 reference of every sequence. */
-static double max_error(const Paged *x)
-{
-    const AttnProblem *p = &x->p;
-    double worst = 0.0;
-    for (int b = 0; b < p->B; b++) {
-        AttnProblem sub;
-        float *k = NULL, *v = NULL;
-        double e = INFINITY;
-        if (sequence_problem(x, b, &sub, &k, &v) == 0) {
-            const size_t rows = (size_t)p->Hq * p->Tq;
-            e = ref_attention_max_error(&sub, x->o + (size_t)b * rows * p->dv, x->lse + (size_t)b * rows,
-                                        ERR_ABS_REL);
-        }
-        free(k), free(v);
-        if (isnan(e) || e > worst)
-            worst = isnan(e) ? NAN : e;
-        if (isnan(worst))
-            break;
-    }
-    return worst;
-}
+static int seq_len(const TestPaged *x, int b) { return x->p.page_size > 0 ? x->lens[b] : x->p.Tk; }
 
 /* ---- docs/hbm_model.md, stage 11, written out again ---------------------------------------- */
 
@@ -198,7 +49,7 @@ static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 /* The keys the query block of packed rows [r0, r0 + rows) walks, in order, into keys (count
  * returned): every key some position between its lowest and furthest row sees. A block that
  * straddles two heads covers every position 0 .. Tq - 1. */
-static int block_keys(const Paged *x, int b, int r0, int rows, int *keys)
+static int block_keys(const TestPaged *x, int b, int r0, int rows, int *keys)
 {
     const AttnProblem *p = &x->p;
     AttnProblem sub = *p;
@@ -216,7 +67,7 @@ static int block_keys(const Paged *x, int b, int r0, int rows, int *keys)
 }
 
 /* Bytes of the block-table entries a tile of keys (ascending) reads: one per distinct page. */
-static uint64_t table_bytes(const Paged *x, const int *keys, int n)
+static uint64_t table_bytes(const TestPaged *x, const int *keys, int n)
 {
     if (x->p.page_size == 0)
         return 0;
@@ -233,7 +84,7 @@ static uint64_t table_bytes(const Paged *x, const int *keys, int n)
  *   written = 4 rows (dv + 1)                      (its partial, or o and lse with one split)
  * and with splits > 1 the combine: read 4 splits N (dv + 1), written 4 N (dv + 1), N = B Hq Tq,
  * which is also the workspace. Every kv head of a sequence walks the same keys. */
-static HbmCounts model(const Paged *x, uint64_t Br, uint64_t Bc, int splits)
+static HbmCounts model(const TestPaged *x, uint64_t Br, uint64_t Bc, int splits)
 {
     const AttnProblem *p = &x->p;
     const uint64_t R = (uint64_t)(p->Hq / p->Hkv) * p->Tq, d = p->d, dv = p->dv;
@@ -279,7 +130,7 @@ static void tiles(const AttnProblem *p, Device device, size_t M, uint64_t *Br, u
 }
 
 /* One counted run with `splits` (0: the stage's own choice); returns the failed checks. */
-static int check_run(const StageImpl *impl, Paged *x, int shape, size_t M, int splits)
+static int check_run(const StageImpl *impl, TestPaged *x, int shape, size_t M, int splits)
 {
     RunCtx opts = {0};
     opts.sram_bytes = M, opts.threads = 2, opts.splits = splits;
@@ -293,7 +144,8 @@ static int check_run(const StageImpl *impl, Paged *x, int shape, size_t M, int s
         return 1;
     }
     int failures = 0;
-    const double e = max_error(x);
+    /* per sequence on its gathered keys, for a paged cache (test_support_paged.c) */
+    const double e = ref_attention_max_error(&x->p, x->o, x->lse, ERR_ABS_REL);
     if (!(e <= CHECK_TOL_FWD)) {
         fprintf(stderr, "shape %d splits %d M %zu: o/lse error %.3g\n", shape, splits, M, e);
         failures++;
@@ -325,10 +177,10 @@ int main(int argc, char **argv)
     }
     int failures = 0, runs = 0;
     for (int s = 0; s < SHAPE_COUNT; s++) {
-        Paged x;
-        if (paged_make(&x, &shapes[s], 1100 + (uint64_t)s) != 0) {
+        TestPaged x;
+        if (test_paged_make(&x, &shapes[s], 1100 + (uint64_t)s) != 0) {
             fprintf(stderr, "shape %d: out of memory\n", s);
-            paged_free(&x);
+            test_paged_free(&x);
             return 1;
         }
         for (int m = 0; m < (device == DEVICE_CPU ? HBM_SRAM_COUNT : 1); m++) {
@@ -337,7 +189,7 @@ int main(int argc, char **argv)
             failures += check_run(impl, &x, s, hbm_sram_sizes[m], 0);
             runs++;
         }
-        paged_free(&x);
+        test_paged_free(&x);
     }
     printf("%d of %d checks failed\n", failures, runs);
     return failures ? 1 : 0;

@@ -228,7 +228,9 @@ static int reference_row(const AttnProblem *p, int i, const float *qi, const flo
         m = s[j] > m ? s[j] : m;
         n++;
     }
-    if (m == -INFINITY) { /* no key and no sink */
+    /* No key and no sink. (Not m == -inf: a row whose scores are all NaN has that too, and its
+     * o and lse must come out NaN.) */
+    if (n == 0 && sink == -INFINITY) {
         *lse = -INFINITY;
         for (int c = 0; c < p->dv; c++)
             o[c] = 0.0;
@@ -252,6 +254,8 @@ static int reference_row(const AttnProblem *p, int i, const float *qi, const flo
 
 int ref_attention(const AttnProblem *p, RefAttention *ref)
 {
+    if (p->page_size > 0)
+        return ref_paged_attention(p, ref);
     memset(ref, 0, sizeof *ref);
     if (!ref_supported(p))
         return -1;

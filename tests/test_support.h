@@ -52,7 +52,7 @@ typedef struct {
  * numbers each. */
 typedef struct {
     int Hkv;    /* kv heads: 0 means H; otherwise H % Hkv == 0 (GQA; 1 = MQA) */
-    int causal; /* 1: the causal mask, bottom-right aligned (DESIGN §3) */
+    int causal; /* 1: the causal mask, bottom-right aligned (docs/conventions.md) */
 } TestFeatures;
 
 /* Stage 10's mask and sinks (kept apart so the TestFeatures initialisers of the older tests stay
@@ -100,12 +100,12 @@ AttnTensors test_problem_tensors(const TestProblem *x);
 /* ---- float64 reference ----------------------------------------------------------------------- */
 
 /* The end of the keys query row i of p may see: all Tk without the causal mask; with it (or a
- * window, which implies it) the keys j <= i + Tk - Tq (bottom-right aligned, DESIGN §3), so 0 for
+ * window, which implies it) the keys j <= i + Tk - Tq (bottom-right aligned, docs/conventions.md), so 0 for
  * the first Tq - Tk rows when Tq > Tk. Without window and sink tokens it is the number of keys the
  * row sees (a prefix); with them the row sees a subset of [0, test_keys_seen): test_key_visible. */
 int test_keys_seen(const AttnProblem *p, int i);
 
-/* Does query row i of p see key j? DESIGN §3, written out: j < test_keys_seen(p, i) and, with a
+/* Does query row i of p see key j? docs/conventions.md, written out: j < test_keys_seen(p, i) and, with a
  * window W > 0, j > i + Tk - Tq - W or j < sink_tokens. */
 int test_key_visible(const AttnProblem *p, int i, int j);
 
@@ -122,12 +122,48 @@ typedef struct {
 } RefAttention;
 
 /* Computes the reference of p with p->scale: with or without the causal mask, Hq == Hkv or GQA
- * (Hq % Hkv == 0), a sliding window, sink tokens and learned sinks (DESIGN §3: the sink logit s_h
+ * (Hq % Hkv == 0), a sliding window, sink tokens and learned sinks (docs/conventions.md: the sink logit s_h
  * joins the softmax denominator with a zero value, lse = log(exp(s_h) + sum_j exp(s_ij))). A row
  * that sees no key gets o = 0, lse = -inf, or lse = s_h with sinks. 0, or -1 for another problem
  * or when out of memory (ref is then empty). */
 int ref_attention(const AttnProblem *p, RefAttention *ref);
 void ref_attention_free(RefAttention *ref);
+
+/* The same for a paged problem (page_size > 0; stage 11): each sequence's keys are gathered from
+ * the page pools through its block-table row and computed as a problem of its own with
+ * Tk = seq_lens[b] (test_support_paged.c). ref_attention hands paged problems here, so
+ * ref_attention_max_error takes them too. 0, or -1 when out of memory or not paged. */
+int ref_paged_attention(const AttnProblem *p, RefAttention *ref);
+
+/* Key (or value) j of kv head h of sequence b of a paged problem: slot j % page_size of page
+ * block_table[b, j / page_size] of `pool` (p->k or p->v), `width` (d or dv) floats. */
+const float *test_paged_row(const AttnProblem *p, const float *pool, int b, int h, int j, int width);
+
+/* ---- paged problems (stage 11) ---------------------------------------------------------------- */
+
+enum { TEST_PAGED_MAX_B = 4 };
+
+/* One paged decode shape: B sequences of lens[b] keys each, their Tq newest queries. */
+typedef struct {
+    int B, Hq, Hkv, Tq, d, dv;
+    int page_size;              /* 0: contiguous K/V, every sequence max(lens) keys */
+    int lens[TEST_PAGED_MAX_B]; /* seq_lens */
+    int causal, window, sink_tokens, sinks;
+} TestPagedShape;
+
+/* A problem and its buffers (paged: k, v are the pools; table and lens are int32). */
+typedef struct {
+    AttnProblem p;
+    float *q, *k, *v, *sinks, *o, *lse;
+    int32_t *table, *lens;
+} TestPaged;
+
+/* q ~ N(0, 1), then the sinks (when asked for); paged: pools of P = (pages the sequences use) + 2
+ * pages, handed out in a shuffled order, used slots ~ N(0, 1) and every other slot NaN (as in the
+ * golden cases); contiguous: k, v (B, Hkv, Tk, d|dv) ~ N(0, 1). o and lse poisoned with NaN.
+ * 0, or -1 when out of memory (call test_paged_free either way). */
+int test_paged_make(TestPaged *x, const TestPagedShape *s, uint64_t seed);
+void test_paged_free(TestPaged *x);
 
 /* Gradients of sum(O ∘ dO) in double for the same problems, p->dout required:
  * dq (B, Hq, Tq, d), dk (B, Hkv, Tk, d), dv (B, Hkv, Tk, dv); n* are the element counts. dK and dV
@@ -166,5 +202,29 @@ double ref_gradients_max_error(const AttnProblem *p, const float *dq, const floa
 /* The same, and dsinks (Hq) too when p has sinks and dsinks is not NULL. */
 double ref_gradients_max_error_sinks(const AttnProblem *p, const float *dq, const float *dk,
                                      const float *dv, const float *dsinks, ErrorMeasure m);
+
+/* ---- MLA problems (stage 09) ------------------------------------------------------------------ */
+
+/* One MLA shape (attn.h, MlaProblem). */
+typedef struct {
+    int B, Tq, Tk, D, mq, H, dh, m, p, dv, causal;
+} TestMlaShape;
+
+typedef struct {
+    MlaProblem p;
+    float *in[MLA_INPUT_COUNT]; /* indexed by MlaInput */
+} TestMla;
+
+/* The inputs in MlaInput order from one generator seeded with seed: x, ckv, kpe ~ N(0, 1), the
+ * weights ~ N(0, 0.2^2); rope_theta 10000, scale 1 / sqrt(dh + p). 0, or -1 when out of memory
+ * (nothing left allocated). */
+int test_mla_make(TestMla *x, const TestMlaShape *s, uint64_t seed);
+void test_mla_free(TestMla *x);
+
+/* y (B, Tq, D) of p in double, straight from the definition of docs/conventions.md ("MLA cases"):
+ * per head the up-projected query, keys and values, softmax over the keys each row keeps, then
+ * the output projection. A NaN input reaches exactly the outputs that depend on it. 0, or -1 when
+ * out of memory. */
+int ref_mla(const MlaProblem *p, double *y);
 
 #endif

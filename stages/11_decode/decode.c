@@ -148,6 +148,33 @@ static void mask_keys(Causal c, KeySpan span, float *S, size_t i0, size_t rows, 
     }
 }
 
+/* Does a tile (n floats) hold a NaN? (x != x only for a NaN.) */
+static int has_nan(const float *x, size_t n)
+{
+    int any = 0;
+    for (size_t k = 0; k < n; k++)
+        any |= x[k] != x[k];
+    return any;
+}
+
+/* O (rows, dv) += P V over the (row, key) pairs the mask keeps only; keys are the span's
+ * [k0, k0 + n). A GEMM multiplies the masked pairs too, whose P is 0, and 0 · NaN = NaN: a NaN
+ * value would reach rows that do not see it (docs/conventions.md, "Non-finite values"). Used
+ * instead of the GEMM only when the V tile holds a NaN, so finite inputs take the GEMM. */
+static void masked_pv(Causal c, KeySpan span, const float *P, const float *V, float *O, size_t i0, size_t rows,
+                      size_t k0, size_t n, size_t dv)
+{
+    for (size_t i = 0; i < rows; i++) {
+        const KeyRuns runs = row_runs(c, (int)(i0 + i));
+        for (size_t j = 0; j < n; j++) {
+            if (!sees(runs, span_key(span, (int)(k0 + j))))
+                continue;
+            for (size_t e = 0; e < dv; e++)
+                O[i * dv + e] += P[i * n + j] * V[j * dv + e];
+        }
+    }
+}
+
 /* Online softmax of one row of S (n scores) against the running m, l, without normalising:
  * a <- exp(a - m_new), l <- exp(m - m_new) l + rowsum a, m <- m_new, and *alpha = exp(m - m_new),
  * the factor that rescales the unnormalised Õ. Masked scores are -inf and give a = 0. */
@@ -207,22 +234,29 @@ static void split_block(const AttnProblem *p, size_t g, size_t i0, int split, co
         for (size_t i = 0; i < rows; i++)
             online_softmax_row(s->S + i * n, n, &s->m[i], &s->l[i], &s->alpha[i]);
 
-        // Õ_i = alpha Õ_i + P~ V_j   (rows, dv)
+        // Õ_i = alpha Õ_i + P~ V_j   (rows, dv); a NaN value must reach only the rows that see
+        // it: then the product skips the masked pairs
         for (size_t i = 0; i < rows; i++)
             for (size_t c = 0; c < dv; c++)
                 s->O[i * dv + c] *= s->alpha[i];
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)dv, (int)n, 1.0f,
-                    s->S, (int)n, s->V, (int)dv, 1.0f, s->O, (int)dv);
+        if (has_nan(s->V, n * dv))
+            masked_pv(causal, span, s->S, s->V, s->O, i0, rows, k0, n, dv);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)dv, (int)n, 1.0f,
+                        s->S, (int)n, s->V, (int)dv, 1.0f, s->O, (int)dv);
     }
 
     // The split's result over its keys: O_s = Õ / l, lse_s = m + log l. A split that saw no key
-    // (l = 0) gives O_s = 0 and lse_s = -inf, which carries no weight in the combine.
+    // (l = 0) gives O_s = 0 and lse_s = -inf, which carries no weight in the combine. A row that
+    // sees no key at all gets O_s = 0 even when a NaN sink logit made Õ NaN (the sink adds
+    // nothing to O).
     /* exercise: begin — the split's partial: O_s = Õ / l, lse_s = m + log l (see above) */
     for (size_t i = 0; i < rows; i++) {
         const int empty = s->l[i] == 0.0f;
+        const int sees_none = visible_count(row_runs(causal, (int)(i0 + i))) == 0;
         const float inv_l = empty ? 0.0f : 1.0f / s->l[i];
         for (size_t c = 0; c < dv; c++)
-            s->O[i * dv + c] *= inv_l;
+            s->O[i * dv + c] = sees_none ? 0.0f : s->O[i * dv + c] * inv_l;
         s->lse[i] = empty ? -INFINITY : s->m[i] + logf(s->l[i]);
     }
     /* exercise: end */
@@ -243,14 +277,21 @@ static void combine(const AttnProblem *p, const Plan *plan, AttnTensors *t, int 
         float m = -INFINITY;
         for (int s = 0; s < splits; s++)
             m = fmaxf(m, plan->out_lse[(size_t)s * n + (size_t)row]);
+        // Shift by 0 when no split saw a key (m = -inf): every term is then exp(-inf) = 0, but a
+        // split whose lse_s is NaN (fmaxf passed over it) still makes the sum, lse and o NaN
+        const float m_ref = m == -INFINITY ? 0.0f : m;
         float sum = 0.0f;
         for (int s = 0; s < splits; s++)
-            sum += m == -INFINITY ? 0.0f : expf(plan->out_lse[(size_t)s * n + (size_t)row] - m);
-        const float lse = m == -INFINITY ? -INFINITY : m + logf(sum);
+            sum += expf(plan->out_lse[(size_t)s * n + (size_t)row] - m_ref);
+        const float lse = sum == 0.0f ? -INFINITY : m_ref + logf(sum);
+        // A row that sees no key keeps o = 0, even when a NaN sink logit makes its weights NaN
+        const size_t R = (size_t)packed_rows(p);
+        const int b = (int)((size_t)row / R / (size_t)p->Hkv);
+        const int sees_none = visible_count(row_runs(mask_of(p, b), (int)((size_t)row % R))) == 0;
         float *o = t->o + (size_t)row * dv;
         for (size_t c = 0; c < dv; c++)
             o[c] = 0.0f;
-        for (int s = 0; s < splits && lse != -INFINITY; s++) {
+        for (int s = 0; s < splits && lse != -INFINITY && !sees_none; s++) {
             const float w = expf(plan->out_lse[(size_t)s * n + (size_t)row] - lse);
             const float *o_s = plan->out_o + ((size_t)s * n + (size_t)row) * dv;
             for (size_t c = 0; c < dv; c++)

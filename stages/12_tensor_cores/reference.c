@@ -25,9 +25,9 @@
  *     S   = Q16_i K16_j^T                          (Br, Bc)   float32 sums
  *     s2  = S * scale * log2(e), -inf past each row's last key (causal)
  *     m_new = max(m, rowmax s2);  alpha = exp2(m - m_new)   (1 while m_new = -inf)
- *     P   = exp2(s2 - m_new)                        (Br, Bc)   float32, 0 while m_new = -inf
+ *     P   = exp2(s2 - m_new)                        (Br, Bc)   float32, shifted by 0 while m_new = -inf
  *     l   = alpha l + rowsum(P)                     unrounded P
- *     O   = alpha O + bf16(P) V16_j                 (Br, dv)
+ *     O   = alpha O + bf16(P) V16_j                 (Br, dv)   over the keys the row sees
  *     m   = m_new
  *   o = O / l (0 when l = 0),  lse = (m + log2 l) ln 2 (-inf when l = 0);  store o, lse
  *
@@ -178,22 +178,26 @@ static void fwd_row_tile(const AttnProblem *p, const FwdTiles *t, int r, int i, 
         m_new = fmaxf(m_new, s[j]);
     }
     // alpha rescales what O and l hold from the earlier tiles; a row that has seen no key yet
-    // (m_new = -inf) keeps alpha = 1 and P = 0 rather than exp2(-inf + inf) = NaN
+    // (m_new = -inf) keeps alpha = 1 and exponentiates against 0, so that its masked P are
+    // exp2(-inf) = 0 rather than exp2(-inf + inf) = NaN, while a NaN score (which the max passed
+    // over) still gives a NaN P
+    const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
     float alpha = m_new == -INFINITY ? 1.0f : exp2f(t->m[r] - m_new);
     if (TC_PLANTED_BUG == 1)
         alpha = 1.0f;
     // P = exp2(s2 - m_new) in float32; l sums it unrounded
     float row_sum = 0.0f;
     for (int j = 0; j < n; j++) {
-        s[j] = m_new == -INFINITY ? 0.0f : exp2f(s[j] - m_new);
+        s[j] = exp2f(s[j] - m_ref);
         row_sum += s[j];
     }
     t->l[r] = alpha * t->l[r] + row_sum;
-    // O = alpha O + bf16(P) V16   (dv), the sum over the tile's keys in float32
+    // O = alpha O + bf16(P) V16   (dv), the sum over the keys the row sees in float32 (the masked
+    // keys' P is 0 and adds nothing, but 0 · NaN would bring in a NaN value the row does not see)
     /* exercise: begin — O = alpha O + bf16(P) V16: rescale, then add the tile's keys with P rounded to bf16 | stub: (void)add_scaled; */
     for (int c = 0; c < dv; c++)
         O[c] *= alpha;
-    for (int j = 0; j < n; j++)
+    for (int j = 0; j < seen; j++)
         add_scaled(O, bf16_round(s[j]), t->V + (size_t)j * dv, dv);
     /* exercise: end */
     t->m[r] = m_new;
@@ -230,13 +234,14 @@ static void fwd_block(const AttnProblem *p, AttnTensors *out, const FwdTiles *t,
             fwd_row_tile(p, t, r, i0 + r, j0, n);
     }
 
-    // o = O / l, lse = (m + log2 l) ln 2; a row that saw no key: o = 0, lse = -inf
+    // o = O / l, lse = (m + log2 l) ln 2; a row that saw no key (l = 0): o = 0, lse = -inf. (A
+    // NaN l is not 0: it comes through as NaN.)
     for (int r = 0; r < rows; r++) {
         const float l = t->l[r];
         float *o = out->o + (qh * Tq + i0 + r) * dv;
         for (int c = 0; c < dv; c++)
-            o[c] = l > 0.0f ? t->O[(size_t)r * dv + c] / l : 0.0f;
-        out->lse[qh * Tq + i0 + r] = l > 0.0f ? (t->m[r] + log2f(l)) * LN2 : -INFINITY;
+            o[c] = l == 0.0f ? 0.0f : t->O[(size_t)r * dv + c] / l;
+        out->lse[qh * Tq + i0 + r] = l == 0.0f ? -INFINITY : (t->m[r] + log2f(l)) * LN2;
     }
     hbm_count_write(hbm, (uint64_t)rows * (dv + 1) * 4);
 }
@@ -354,16 +359,17 @@ static void bwd_tile(const AttnProblem *p, AttnTensors *out, const float *D, con
             dS[j] = P[j] * (dS[j] - Di);
         /* exercise: end */
     }
-    // dV_j += bf16(P)^T dO16_i   (n, dv);   dK_j += bf16(dS)^T Q16_i   (n, d)
+    // dV_j += bf16(P)^T dO16_i   (n, dv);   dK_j += bf16(dS)^T Q16_i   (n, d), over the pairs
+    // the mask keeps: a masked P and dS are 0, but 0 · NaN would bring in a NaN the pair never sees
     for (int r = 0; r < rows; r++)
-        for (int j = 0; j < n; j++) {
+        for (int j = 0; j < seen_in_tile(p, i0 + r, j0, n); j++) {
             add_scaled(t->dV + (size_t)j * dv, bf16_round(t->P[(size_t)r * n + j]), t->dO + (size_t)r * dv, dv);
             add_scaled(t->dK + (size_t)j * d, bf16_round(t->dS[(size_t)r * n + j]), t->Q + (size_t)r * d, d);
         }
     // dQ_i += scale * (bf16(dS) K16_j)   (rows, d): read-modify-write of dq in HBM
     for (int r = 0; r < rows; r++) {
         memset(t->dQ, 0, (size_t)d * sizeof(float));
-        for (int j = 0; j < n; j++)
+        for (int j = 0; j < seen_in_tile(p, i0 + r, j0, n); j++)
             add_scaled(t->dQ, bf16_round(t->dS[(size_t)r * n + j]), t->K + (size_t)j * d, d);
         float *dq = out->dq + (row0 + r) * d;
         for (int c = 0; c < d; c++)
