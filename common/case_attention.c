@@ -178,11 +178,12 @@ static int check_magnitudes(const Case *c, FlError *err)
     if (keys * v > MAX_FLOAT_SUM)
         return too_large(c, c->is_paged ? "v_pages.npy" : "v.npy", "Tk times the largest |v|", keys * v, MAX_FLOAT_SUM,
                          "the forward's sums of exp(s - m) v over the keys would overflow float32", err);
-    const double grad = 2.0 * dout * v; /* bounds |dP| + |D| */
-    if (dout * v > MAX_FLOAT_SUM || rows * dout > MAX_FLOAT_SUM ||
-        p->scale * grad * (keys * k > rows * q ? keys * k : rows * q) > MAX_FLOAT_SUM)
-        return too_large(c, "do.npy", "the gradients' bound (|dO| |v|, Tq |dO|, scale |dS| T |q| or |k|)",
-                         fmax(fmax(dout * v, rows * dout), p->scale * grad * fmax(keys * k, rows * q)), MAX_FLOAT_SUM,
+    /* |dP| + |D| <= 2 |dO| |v|; dQ and dK sum T products dS.k or dS.q, formed before or after the
+     * scale depending on the stage, so the larger of scale and 1 bounds them */
+    const double grad = 2.0 * dout * v, sums = fmax(1.0, p->scale) * grad * fmax(keys * k, rows * q);
+    if (dout * v > MAX_FLOAT_SUM || rows * dout > MAX_FLOAT_SUM || sums > MAX_FLOAT_SUM)
+        return too_large(c, "do.npy", "the gradients' bound (|dO| |v|, Tq |dO|, |dS| T |q| or |k|)",
+                         fmax(fmax(dout * v, rows * dout), sums), MAX_FLOAT_SUM,
                          "dP = dO.v or the sums forming dQ, dK, dV would overflow float32", err);
     return FL_OK;
 }
