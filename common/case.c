@@ -214,6 +214,26 @@ int case_check_shape(const Case *c, const char *file, const Tensor *t, const int
                    sw);
 }
 
+double case_max_row_norm(const Tensor *t, int64_t width)
+{
+    size_t n = t->data ? tensor_numel(t) : 0, w = width > 0 ? (size_t)width : 1;
+    double best = 0.0;
+    for (size_t row = 0; row + w <= n; row += w) {
+        double sum = 0.0;
+        for (size_t c = 0; c < w; c++)
+            sum += (double)t->data[row + c] * t->data[row + c];
+        if (sum > best) /* a NaN row is skipped: the non-finite rule covers it */
+            best = sum;
+    }
+    return sqrt(best);
+}
+
+int case_too_large(const Case *c, const char *files, const char *what, double value, double limit, const char *why,
+                   FlError *err)
+{
+    return fl_fail(err, FL_BAD_INPUT, "%s/%s: %s is %.3g, above %.3g: %s", c->dir, files, what, value, limit, why);
+}
+
 int case_warn_nonfinite(const Case *c, const char *file, const Tensor *t)
 {
     size_t first = 0, count = tensor_count_nonfinite(t, &first);

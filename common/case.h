@@ -83,6 +83,19 @@ int case_check_shape(const Case *c, const char *file, const Tensor *t, const int
 /* One warning line when t (file) holds NaN or Inf; returns 1 then, else 0. */
 int case_warn_nonfinite(const Case *c, const char *file, const Tensor *t);
 
+/* ---- limits that keep the stages' float32 arithmetic finite (docs/conventions.md, "Limits") ---- */
+
+enum { MAX_POSITIONS = 1 << 30 }; /* Tq, Tk, seq_lens: a tile width added to a position stays an int */
+#define MAX_FLOAT_SUM 1e30 /* a bound on any product or sum the stages form in float32: ~2^100, far
+                              below float32's largest value, 3.4e38 */
+/* The largest Euclidean norm of a row of width `width` in t (float64); 0 for an absent t. A row
+ * holding a NaN is skipped (the non-finite rule covers it); one holding an infinity makes it
+ * infinite, so no bound accepts it. */
+double case_max_row_norm(const Tensor *t, int64_t width);
+/* One refusal, FL_BAD_INPUT: "DIR/FILES: WHAT is X, above LIMIT: WHY". */
+int case_too_large(const Case *c, const char *files, const char *what, double value, double limit, const char *why,
+                   FlError *err);
+
 /* Whether `flashlab run` may write its outputs into out_dir: not when out_dir or a folder above it
  * holds a file that some case reads as input (case.json, q.npy, ckv.npy, ...), i.e. when out_dir
  * is a case folder or lies inside one. A folder holding only the outputs of an earlier run is fine

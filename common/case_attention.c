@@ -125,31 +125,7 @@ static int load_expected(Case *c, FlError *err)
 
 /* ---- limits that keep the stages' arithmetic exact (docs/conventions.md, "Limits") ------- */
 
-enum { MAX_POSITIONS = 1 << 30 }; /* Tq, Tk, seq_lens: a tile width added to a position stays an int */
-#define MAX_FLOAT_SUM 1e30 /* a bound on any product or sum the stages form in float32: ~2^100, far from overflow */
 #define MAX_SCORE_BWD 1048576.0 /* 2^20: |score| bound when the backward recomputes P = exp(s - lse) */
-
-/* The largest Euclidean norm of a row of width `width` in t (float64); 0 for an absent t. */
-static double max_row_norm(const Tensor *t, int64_t width)
-{
-    size_t n = t->data ? tensor_numel(t) : 0, w = width > 0 ? (size_t)width : 1;
-    double best = 0.0;
-    for (size_t row = 0; row + w <= n; row += w) {
-        double sum = 0.0;
-        for (size_t c = 0; c < w; c++)
-            sum += (double)t->data[row + c] * t->data[row + c];
-        if (sum > best) /* a NaN row is skipped: the non-finite rule covers it */
-            best = sum;
-    }
-    return sqrt(best);
-}
-
-/* One refusal: "DIR/FILES: WHAT is X, above LIMIT: WHY". */
-static int too_large(const Case *c, const char *files, const char *what, double value, double limit, const char *why,
-                     FlError *err)
-{
-    return fl_fail(err, FL_BAD_INPUT, "%s/%s: %s is %.3g, above %.3g: %s", c->dir, files, what, value, limit, why);
-}
 
 /* Magnitudes that keep every float32 sum and product of the stages finite (docs/conventions.md,
  * "Limits on what a case may ask for"), bounded through Cauchy-Schwarz by the largest row norms:
@@ -159,30 +135,30 @@ static int too_large(const Case *c, const char *files, const char *what, double 
 static int check_magnitudes(const Case *c, FlError *err)
 {
     const AttnProblem *p = &c->problem;
-    const double q = max_row_norm(&c->q, p->d), k = max_row_norm(&c->k, p->d), v = max_row_norm(&c->v, p->dv);
-    const double dout = max_row_norm(&c->dout, p->dv), keys = p->Tk, rows = p->Tq;
+    const double q = case_max_row_norm(&c->q, p->d), k = case_max_row_norm(&c->k, p->d), v = case_max_row_norm(&c->v, p->dv);
+    const double dout = case_max_row_norm(&c->dout, p->dv), keys = p->Tk, rows = p->Tq;
     const char *qk = c->is_paged ? "q.npy and k_pages.npy" : "q.npy and k.npy";
     if (p->scale > MAX_FLOAT_SUM)
-        return too_large(c, "case.json", "scale", p->scale, MAX_FLOAT_SUM, "scores would overflow float32", err);
+        return case_too_large(c, "case.json", "scale", p->scale, MAX_FLOAT_SUM, "scores would overflow float32", err);
     if (q * k > MAX_FLOAT_SUM)
-        return too_large(c, qk, "the largest |q| times the largest |k|", q * k, MAX_FLOAT_SUM,
+        return case_too_large(c, qk, "the largest |q| times the largest |k|", q * k, MAX_FLOAT_SUM,
                          "q.k would overflow float32 before the scale", err);
     const double score_limit = p->dout ? MAX_SCORE_BWD : MAX_FLOAT_SUM;
     if (p->scale * q * k > score_limit)
-        return too_large(c, c->has_scale ? "case.json" : qk, "scale times the largest |q| and |k|", p->scale * q * k,
+        return case_too_large(c, c->has_scale ? "case.json" : qk, "scale times the largest |q| and |k|", p->scale * q * k,
                          score_limit,
                          p->dout ? "the backward recomputes exp(s - lse), and one rounding of so large a score "
                                    "overflows it"
                                  : "float32 scores would overflow",
                          err);
     if (keys * v > MAX_FLOAT_SUM)
-        return too_large(c, c->is_paged ? "v_pages.npy" : "v.npy", "Tk times the largest |v|", keys * v, MAX_FLOAT_SUM,
+        return case_too_large(c, c->is_paged ? "v_pages.npy" : "v.npy", "Tk times the largest |v|", keys * v, MAX_FLOAT_SUM,
                          "the forward's sums of exp(s - m) v over the keys would overflow float32", err);
     /* |dP| + |D| <= 2 |dO| |v|; dQ and dK sum T products dS.k or dS.q, formed before or after the
      * scale depending on the stage, so the larger of scale and 1 bounds them */
     const double grad = 2.0 * dout * v, sums = fmax(1.0, p->scale) * grad * fmax(keys * k, rows * q);
     if (dout * v > MAX_FLOAT_SUM || rows * dout > MAX_FLOAT_SUM || sums > MAX_FLOAT_SUM)
-        return too_large(c, "do.npy", "the gradients' bound (|dO| |v|, Tq |dO|, |dS| T |q| or |k|)",
+        return case_too_large(c, "do.npy", "the gradients' bound (|dO| |v|, Tq |dO|, |dS| T |q| or |k|)",
                          fmax(fmax(dout * v, rows * dout), sums), MAX_FLOAT_SUM,
                          "dP = dO.v or the sums forming dQ, dK, dV would overflow float32", err);
     return FL_OK;

@@ -3,6 +3,7 @@
  * A folder holding ckv.npy is an MLA case: x.npy, ckv.npy, kpe.npy and the six w_*.npy weights
  * (attn.h MlaProblem, docs/conventions.md "MLA cases"), y.npy expected, case.json with causal,
  * rope_theta and description. A run writes y (B, Tq, D). */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,70 @@ static int validate(const Case *c, MlaCase *m, FlError *err)
     return FL_OK;
 }
 
+/* The Frobenius norm of a whole tensor (float64); NaN elements are skipped (the non-finite rule
+ * covers them), an infinity makes it infinite. */
+static double frobenius(const Tensor *t)
+{
+    double sum = 0.0;
+    for (size_t i = 0; i < tensor_numel(t); i++)
+        if (!isnan(t->data[i]))
+            sum += (double)t->data[i] * t->data[i];
+    return sqrt(sum);
+}
+
+/* Magnitudes that keep every float32 sum and product of stage 09, naive and absorbed, finite
+ * (docs/conventions.md, "Limits on what a case may ask for"). Each vector-matrix product is
+ * bounded through Cauchy-Schwarz by a row norm times the matrix's Frobenius norm, which bounds
+ * every partial sum of absolute terms as well:
+ *   c_q = x W_dq                    |c_q| <= |x| |W_dq|
+ *   q_nope, q_pe = c_q W_uq, c_q W_qr   |c_q| |W_uq|, |c_q| |W_qr| (RoPE keeps the norm)
+ *   q_lat = q_nope W_uk^T (absorbed), k_nope = ckv W_uk (naive)   |q_nope| |W_uk|, |ckv| |W_uk|
+ *   their dot products with ckv and q_nope    both below |q_nope| |W_uk| |ckv|
+ *   the scores s = scale (that + q_pe . kpe)
+ *   the forward's unnormalised sums over Tk keys of exp(s - m) ckv (absorbed, Tk |ckv|) or of
+ *   v = ckv W_uv (naive, |ckv| |W_uv| each): Tk |ckv| max(|W_uv|, 1); y = o W_o: that times |W_o|. */
+static int check_magnitudes(const Case *c, const MlaCase *m, FlError *err)
+{
+    const MlaProblem *p = &m->p;
+    const Tensor *in = m->in;
+    const double x = case_max_row_norm(&in[MLA_X], p->D), ckv = case_max_row_norm(&in[MLA_CKV], p->m);
+    const double kpe = case_max_row_norm(&in[MLA_KPE], p->p);
+    const double cq = x * frobenius(&in[MLA_W_DQ]);
+    const double q_nope = cq * frobenius(&in[MLA_W_UQ]), q_pe = cq * frobenius(&in[MLA_W_QR]);
+    const double w_uk = frobenius(&in[MLA_W_UK]), w_uv = frobenius(&in[MLA_W_UV]);
+    const double lat = fmax(q_nope * w_uk, ckv * w_uk); /* q_lat, k_nope */
+    const double nope = q_nope * w_uk * ckv, scores = p->scale * (nope + q_pe * kpe);
+    const double sums = (double)p->Tk * ckv * fmax(w_uv, 1.0), y = sums * frobenius(&in[MLA_W_O]);
+    static const char why[] = "a float32 sum or product of stage 09 would overflow";
+    if (cq > MAX_FLOAT_SUM)
+        return case_too_large(c, "x.npy and w_dq.npy", "|x| |w_dq|", cq, MAX_FLOAT_SUM, why, err);
+    if (fmax(q_nope, q_pe) > MAX_FLOAT_SUM)
+        return case_too_large(c, "w_uq.npy and w_qr.npy", "the query bound |c_q| max(|w_uq|, |w_qr|)",
+                              fmax(q_nope, q_pe), MAX_FLOAT_SUM, why, err);
+    const double score_bound = fmax(fmax(lat, nope), fmax(q_pe * kpe, scores));
+    if (score_bound > MAX_FLOAT_SUM)
+        return case_too_large(c, "w_uk.npy, ckv.npy and kpe.npy",
+                              "the score bound (|q_nope| or |ckv| times |w_uk|, |q_nope| |w_uk| |ckv| + |q_pe| |kpe|)",
+                              score_bound, MAX_FLOAT_SUM, why, err);
+    if (sums > MAX_FLOAT_SUM || y > MAX_FLOAT_SUM)
+        return case_too_large(c, "ckv.npy, w_uv.npy and w_o.npy", "the output bound Tk |ckv| max(|w_uv|, 1) |w_o|",
+                              fmax(sums, y), MAX_FLOAT_SUM, why, err);
+    return FL_OK;
+}
+
+/* Sequence lengths below MAX_POSITIONS; y small enough to index with an int. */
+static int check_sizes_fit(const Case *c, const MlaProblem *p, FlError *err)
+{
+    if (p->Tk >= MAX_POSITIONS)
+        return fl_fail(err, FL_BAD_INPUT, "%s: Tk = %d positions; flashlab runs sequences of fewer than %d", c->dir,
+                       p->Tk, MAX_POSITIONS);
+    const double y = (double)p->B * p->Tq * p->D;
+    if (y > INT_MAX)
+        return fl_fail(err, FL_BAD_INPUT, "%s: y.npy would hold %.0f elements, more than the %d a stage can index",
+                       c->dir, y, INT_MAX);
+    return FL_OK;
+}
+
 static int load_files(Case *c, MlaCase *m, int want_expected, FlError *err)
 {
     int rc = case_read_options(c, apply_option, err);
@@ -84,6 +149,10 @@ static int load_files(Case *c, MlaCase *m, int want_expected, FlError *err)
         rc = case_load_tensor(c, mla_file_name(id), 1, &m->in[id], err);
     if (!rc)
         rc = validate(c, m, err);
+    if (!rc)
+        rc = check_sizes_fit(c, &m->p, err);
+    if (!rc)
+        rc = check_magnitudes(c, m, err);
     if (rc || !want_expected)
         return rc;
     rc = case_load_tensor(c, "y.npy", 1, &m->y, err);

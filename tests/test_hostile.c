@@ -7,6 +7,7 @@
  * compute the right answer; it must never crash, hang, overwrite a case or write half a result.
  * The tool runs in a child process under a 60 s alarm, so a hang fails instead of blocking. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -62,26 +63,34 @@ static void write_text(const char *dir, const char *file, const char *text)
     write_bytes(path, text, strlen(text));
 }
 
-/* WORK/<name>_<n>, a fresh folder (n counts calls) holding a copy of the golden case `name`. */
+/* WORK/<name>_<n>, a fresh folder (n counts calls) holding a copy of every file of the golden
+ * case `name`. */
 static const char *copy_case(const char *name, char *dir, size_t len)
 {
     static int copies;
-    static const char *const files[] = {"case.json", "q.npy", "k.npy", "v.npy", "do.npy", "sinks.npy",
-                                        "o.npy", "lse.npy", "dq.npy", "dk.npy", "dv.npy", "dsinks.npy",
-                                        "k_pages.npy", "v_pages.npy", "block_table.npy", "seq_lens.npy"};
+    char source[1024];
     snprintf(dir, len, "%s/%s_%d", work, name, copies++);
-    if (mkdir(dir, 0777) != 0)
-        test_fail(__FILE__, __LINE__, "mkdir %s: %s", dir, strerror(errno));
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        char from[1024], to[1024];
+    snprintf(source, sizeof source, "%s/%s", golden, name);
+    DIR *d = opendir(source);
+    if (!d || mkdir(dir, 0777) != 0) {
+        test_fail(__FILE__, __LINE__, "copy of %s: %s", source, strerror(errno));
+        if (d)
+            closedir(d);
+        return dir;
+    }
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        char from[1400], to[1400];
         size_t n;
-        snprintf(from, sizeof from, "%s/%s/%s", golden, name, files[i]);
-        snprintf(to, sizeof to, "%s/%s", dir, files[i]);
+        snprintf(from, sizeof from, "%s/%s", source, e->d_name);
+        snprintf(to, sizeof to, "%s/%s", dir, e->d_name);
         char *data = read_bytes(from, &n);
         if (data)
             write_bytes(to, data, n);
         free(data);
     }
+    closedir(d);
     return dir;
 }
 
@@ -104,6 +113,24 @@ static void write_filled(const char *dir, const char *file, NpyDtype dtype, int 
     }
     FlError err;
     if (npy_write_as(path, &t, dtype, &err) != FL_OK)
+        test_fail(__FILE__, __LINE__, "%s", err.msg);
+    tensor_free(&t);
+}
+
+/* Multiplies every element of dir/file by factor (in float64, stored as float32). */
+static void scale_file(const char *dir, const char *file, double factor)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    Tensor t;
+    FlError err;
+    if (npy_read(path, &t, &err) != FL_OK) {
+        test_fail(__FILE__, __LINE__, "%s", err.msg);
+        return;
+    }
+    for (size_t i = 0; i < tensor_numel(&t); i++)
+        t.data[i] = (float)(t.data[i] * factor);
+    if (npy_write_as(path, &t, NPY_FLOAT32, &err) != FL_OK)
         test_fail(__FILE__, __LINE__, "%s", err.msg);
     tensor_free(&t);
 }
@@ -272,6 +299,15 @@ static void magnitudes(void)
     const char *args[] = {"run", "10", dir, "--out", out, NULL};
     Outcome r = run_tool(args);
     EXPECT_EXIT(r, 0);
+    /* MLA: x and ckv of 1e18 make q_lat . ckv pass float32's range; stage 09 wrote y = 0 or NaN */
+    copy_case("mla_decode_tq2", dir, sizeof dir);
+    scale_file(dir, "x.npy", 1e18);
+    scale_file(dir, "ckv.npy", 1e18);
+    snprintf(out, sizeof out, "%s/out_mla", work);
+    const char *mla_args[] = {"run", "09", dir, "--out", out, NULL};
+    r = run_tool(mla_args);
+    EXPECT_REFUSED(r, "ckv.npy");
+    EXPECT(!exists(out));
 }
 
 /* 5. --out may not be the case folder, lie inside one, or hold a case's input files. */
