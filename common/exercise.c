@@ -611,7 +611,10 @@ static void write_readme(const Exercise *ex, const char *final_dir, Buf *out)
                "build/flashlab check %s --variant student          # per case and tensor: errors and the first mismatches (b, h, i, j)\n"
                "build/flashlab check %s --variant student --device cuda   # the .cu side, on a GPU\n"
                "```\n\n"
-               "Other variants of the stage, if it has any, are built too as `student-NAME` (e.g. `student-naive`).\n\n",
+               "Other variants of the stage, if it has any, are built too as `student-NAME` (e.g. `student-naive`).\n"
+               "Right outputs are half of a pass: each case also compares your HBM bytes with the stage's own\n"
+               "(`hbm:` lines), and a copy that moves more than 1.10x of them fails with `IO FAIL`, since the traffic\n"
+               "a stage saves is its idea. `--no-io-check` turns that off while you explore.\n\n",
                ex->number, ex->number, ex->number);
     buf_printf(out,
                "## Grading\n\n"

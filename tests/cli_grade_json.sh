@@ -22,6 +22,7 @@ assert good["variant"] == "naive" and good["reference_variant"] == "", good
 g = good["cases"][0]
 assert g["status"] == "pass" and g["tensors"]["o.npy"]["mismatches"] == 0, g
 assert g["hbm_read_bytes"] > 0 and g["reference_hbm_read_bytes"] > 0 and g["time_ms"] > 0, g
+assert g["io_check"] == "off", g  # only a student copy's traffic is graded
 b = bad["cases"][0]
 assert b["status"] == "fail" and b["tensors"]["o.npy"]["mismatches"] > 0, b
 assert bad["failed"] == 1 and bad["passed"] == 0, bad

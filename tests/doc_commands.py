@@ -26,6 +26,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 
 PLACEHOLDER = re.compile(r"(^|\s)(NN|N-1|N|STAGE|DIR|CASE_DIR|OUT|V|A|B|\.\.\.)(\s|$)|<[^>]*>|\[")
 COMMAND = re.compile(r"^\s*(?:\$\s+)?((?:build/)?flashlab\s.*)$")
@@ -104,13 +105,15 @@ def main(argv=None):
             if a.list:
                 print("command   %s  %s   (expect exit %d)" % (where, command, want))
                 continue
+            start = time.monotonic()
             status, output = run(flashlab, a.root, command)
+            seconds = time.monotonic() - start
             ran += 1
             if status == want:
-                print("ok        %s  %s   (exit %d)" % (where, command, status))
+                print("ok        %s  %s   (exit %d, %.1f s)" % (where, command, status, seconds))
                 continue
             failed += 1
-            print("FAILED    %s  %s   (exit %s, documented %d)" % (where, command, status, want))
+            print("FAILED    %s  %s   (exit %s, documented %d, %.1f s)" % (where, command, status, want, seconds))
             print("          " + "\n          ".join(output.strip().splitlines()[-6:]))
     print("doc_commands: %d commands run, %d failed; %d templates not run (GPU: %s)"
           % (ran, failed, templates, "yes" if have_gpu else "no"))

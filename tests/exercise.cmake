@@ -3,7 +3,7 @@
 # scratch build tree under this build folder, requires the copy to fail its check (exit 1) and the
 # unmodified stage, copied in, to pass (exit 0). Labels "exercise;stageNN", so `ctest -R stage07`
 # and `ctest -L exercise` run them. The CUDA ones are labelled gpu and skip (77) without a device,
-# after building the copy. One scratch tree per device, shared by that device's tests (a resource
+# before building anything. One scratch tree per device, shared by that device's tests (a resource
 # lock runs them one at a time); the CUDA tree compiles for one architecture only.
 #
 # Not registered in a sanitizer build: there they would build and run unsanitized scratch trees,

@@ -33,6 +33,7 @@ typedef struct {
     int direction;    /* DIR_FWD, DIR_BWD or KIND_DIR_ANY */
     RunCtx ctx;       /* sram_bytes, block_r, block_c, threads, splits, ranks */
     int verbose;
+    int no_io_check;  /* check --no-io-check: a student copy passes on its outputs alone */
     int docs;         /* diff --docs: the READMEs too */
     const char *out_dir;
     /* bench */

@@ -9,6 +9,7 @@
 
 typedef struct {
     int checked, passed, skipped;
+    int io_failed;  /* cases whose outputs matched but whose HBM traffic failed the IO check */
     int code;       /* worst status so far */
     int json_cases; /* check --json: case objects printed so far */
     char failed_names[400]; /* the failing cases, for the last line */
@@ -17,10 +18,13 @@ typedef struct {
 /* ---- check --json: the grade report, one object per case ----
  * {"case", "dir", "direction", "status": "pass" | "fail" | "error", "tensors": {name: {max_abs,
  * max_rel, mismatches}}, "hbm_read_bytes", "hbm_written_bytes" (all passes of the run), the same
- * two for the reference (the stage's default variant on the same device and case), "time_ms"
+ * two for the reference (the stage's default variant on the same device and case), "io_check"
+ * ("pass", "fail": a student copy moved more than IO_MARGIN above the reference's bytes, which
+ * makes the status "fail" too; "off": not a student copy, or --no-io-check), "time_ms"
  * (median of 3 runs after one warm-up, counting off), "error": null or the message}. */
 typedef struct {
     uint64_t read, written, ref_read, ref_written;
+    const char *io_check; /* "pass", "fail", or "off" (not a student copy, or --no-io-check) */
     double ms;
 } GradeNumbers;
 
@@ -38,9 +42,9 @@ static void json_case(const Case *c, const char *label, const char *status, cons
     printf("}");
     if (g)
         printf(", \"hbm_read_bytes\": %llu, \"hbm_written_bytes\": %llu, \"reference_hbm_read_bytes\": %llu, "
-               "\"reference_hbm_written_bytes\": %llu, \"time_ms\": %.6g",
+               "\"reference_hbm_written_bytes\": %llu, \"io_check\": \"%s\", \"time_ms\": %.6g",
                (unsigned long long)g->read, (unsigned long long)g->written, (unsigned long long)g->ref_read,
-               (unsigned long long)g->ref_written, g->ms);
+               (unsigned long long)g->ref_written, g->io_check, g->ms);
     printf(", \"error\": ");
     if (error)
         json_string(error);
@@ -49,16 +53,32 @@ static void json_case(const Case *c, const char *label, const char *status, cons
     printf("}");
 }
 
-/* The reference of a graded implementation: the same stage's default variant on its device. */
+/* The reference of a graded implementation: the same stage's variant on its device that it stands
+ * for (a student copy "student-V" stands for variant V, "student" for the default one), else the
+ * default variant. */
 static const StageImpl *reference_impl(const StageImpl *impl)
 {
-    const StageImpl *ref = stage_find(impl->stage, impl->device, "");
+    const char *variant = "";
+    if (strncmp(impl->variant, "student-", 8) == 0)
+        variant = impl->variant + 8;
+    const StageImpl *ref = stage_find(impl->stage, impl->device, variant);
+    if (!ref)
+        ref = stage_find(impl->stage, impl->device, "");
     return ref ? ref : impl;
 }
 
-/* The reference's counts on the same case, and the graded implementation's time. */
-static int grade(const Options *o, const StageImpl *impl, Direction dir, const Case *c, const RunStats *stats,
-                 GradeNumbers *g, FlError *err)
+static int is_student(const StageImpl *impl)
+{
+    return strcmp(impl->variant, "student") == 0 || strncmp(impl->variant, "student-", 8) == 0;
+}
+
+/* The HBM bytes of a run (all its passes) and of the reference on the same case and settings. */
+typedef struct {
+    uint64_t read, written, ref_read, ref_written;
+} IoNumbers;
+
+static int io_numbers(const Options *o, const StageImpl *impl, Direction dir, const Case *c, const RunStats *stats,
+                      IoNumbers *io, FlError *err)
 {
     RunCtx ctx = run_ctx(o);
     RunStats ref = *stats;
@@ -69,10 +89,51 @@ static int grade(const Options *o, const StageImpl *impl, Direction dir, const C
         ref = r.stats;
         kind_run_free(&r);
     }
-    g->read = stats->fwd.bytes_read + stats->bwd.bytes_read;
-    g->written = stats->fwd.bytes_written + stats->bwd.bytes_written;
-    g->ref_read = ref.fwd.bytes_read + ref.bwd.bytes_read;
-    g->ref_written = ref.fwd.bytes_written + ref.bwd.bytes_written;
+    io->read = stats->fwd.bytes_read + stats->bwd.bytes_read;
+    io->written = stats->fwd.bytes_written + stats->bwd.bytes_written;
+    io->ref_read = ref.fwd.bytes_read + ref.bwd.bytes_read;
+    io->ref_written = ref.fwd.bytes_written + ref.bwd.bytes_written;
+    return rc;
+}
+
+/* The IO check of a student copy: correct outputs are not enough, the copy must also move no more
+ * than IO_MARGIN above the reference's HBM bytes, since the traffic a stage saves is its idea
+ * (docs/teaching.md, "How a copy is graded"). Prints the traffic beside the reference's, and on a
+ * fail the extra bytes; returns 1 when it fails. */
+#define IO_MARGIN 0.10
+static int io_exceeds(uint64_t got, uint64_t ref) { return (double)got > (double)ref * (1.0 + IO_MARGIN); }
+
+static int io_check_fails(const StageImpl *impl, const IoNumbers *io, int print)
+{
+    const int fails = io_exceeds(io->read, io->ref_read) || io_exceeds(io->written, io->ref_written);
+    if (!print)
+        return fails;
+    char r[32], rr[32], w[32], rw[32], extra[32];
+    printf("    hbm: read %s (reference %s), written %s (reference %s)\n", human_bytes((double)io->read, r, 32),
+           human_bytes((double)io->ref_read, rr, 32), human_bytes((double)io->written, w, 32),
+           human_bytes((double)io->ref_written, rw, 32));
+    if (!fails)
+        return 0;
+    const int reads = io_exceeds(io->read, io->ref_read);
+    const uint64_t got = reads ? io->read : io->written, ref = reads ? io->ref_read : io->ref_written;
+    printf("    IO FAIL: the outputs may match, but it %s %s more HBM bytes than the reference (%.2fx; "
+           "allowed %.2fx): not yet the idea of stage %s (--no-io-check to explore)\n",
+           reads ? "reads" : "writes", human_bytes((double)(got - ref), extra, 32),
+           ref ? (double)got / (double)ref : 0.0, 1.0 + IO_MARGIN, impl->stage);
+    return 1;
+}
+
+/* ---- check --json ---- */
+
+/* The grade's numbers: the traffic and the graded implementation's time. */
+static int grade(const Options *o, const StageImpl *impl, Direction dir, const Case *c, const RunStats *stats,
+                 GradeNumbers *g, FlError *err)
+{
+    IoNumbers io;
+    int rc = io_numbers(o, impl, dir, c, stats, &io, err);
+    g->read = io.read, g->written = io.written, g->ref_read = io.ref_read, g->ref_written = io.ref_written;
+    g->io_check = !is_student(impl) || o->no_io_check ? "off" : io_check_fails(impl, &io, 0) ? "fail" : "pass";
+    RunCtx ctx = run_ctx(o);
     if (rc == FL_OK)
         rc = c->kind->time(impl, dir, c, &ctx, 1, 3, &g->ms, err);
     return rc;
@@ -173,13 +234,22 @@ static void check_one_case(const Options *o, const StageImpl *impl, const Case *
     double max_err;
     TensorGrade grades[KIND_MAX_OUTPUTS];
     int ngrades;
-    const int failed = compare_run(c, &r, impl->precision, o->json ? 0 : 1 + o->verbose, &max_err, grades, &ngrades);
-    tally_result(c, failed, tally);
+    int failed = compare_run(c, &r, impl->precision, o->json ? 0 : 1 + o->verbose, &max_err, grades, &ngrades);
+    const int outputs_failed = failed;
     if (o->json) {
         GradeNumbers g;
         rc = grade(o, impl, dir, c, &r.stats, &g, &err);
+        failed += strcmp(g.io_check, "fail") == 0;
         json_case(c, label, failed ? "fail" : "pass", grades, ngrades, &g, rc == FL_OK ? NULL : err.msg, tally);
+    } else if (is_student(impl) && !o->no_io_check) {
+        IoNumbers io;
+        if (io_numbers(o, impl, dir, c, &r.stats, &io, &err) != FL_OK)
+            printf("    hbm: the reference did not run (%s): IO not checked\n", err.msg);
+        else
+            failed += io_check_fails(impl, &io, 1);
     }
+    tally->io_failed += failed && !outputs_failed;
+    tally_result(c, failed, tally);
     kind_run_free(&r);
 }
 
@@ -278,6 +348,8 @@ static int print_summary(const Options *o, const StageImpl *impl, const CheckTal
         printf("stage %s (%s, %s): %d case%s checked, %d passed, %d failed", impl->stage, impl->name,
                impl_label(impl, label, sizeof label), t->checked, t->checked == 1 ? "" : "s", t->passed,
                t->checked - t->passed);
+        if (t->io_failed)
+            printf(" (%d of them on HBM traffic alone)", t->io_failed);
         if (t->skipped)
             printf("; %d golden case%s skipped (features, head dims or direction this run does not cover)",
                    t->skipped, t->skipped == 1 ? "" : "s");
@@ -324,7 +396,7 @@ int cmd_check(Options *o)
                 no_backward_reason(impl));
         return FL_UNSUPPORTED;
     }
-    CheckTally tally = {0, 0, 0, FL_OK, 0, ""};
+    CheckTally tally = {0, 0, 0, 0, FL_OK, 0, ""};
     if (o->json) { /* the grade report: one JSON object on stdout, messages still on stderr */
         o->verbose = 0;
         print_json_head(impl);

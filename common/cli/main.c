@@ -21,7 +21,7 @@ static const Command commands[] = {
     {"check", cmd_check,
      "flashlab check STAGE [CASE_DIR...] [--device cpu|cuda] [--variant V] [--direction fwd|bwd]\n"
      "                     [--sram BYTES] [--block-r N] [--block-c N] [--threads N] [--splits N]\n"
-     "                     [--ranks P] [--verbose] [--json]",
+     "                     [--ranks P] [--verbose] [--json] [--no-io-check]",
      "Runs STAGE (e.g. 3, 03 or 03_tiled) on case folders and compares every output with the case's\n"
      "expected .npy files: |out - ref| <= 1e-4 + 1e-4*|ref| for o and lse, 5e-4 for gradients; NaN/Inf\n"
      "positions must match. Those are the float32 tolerances; stage 12 computes in bf16 (float32\n"
@@ -51,6 +51,10 @@ static const Command commands[] = {
      "  --ranks P           stage 13: run the ring over P ranks (CPU threads; with --device cuda one GPU\n"
      "                      each, 77 with fewer GPUs; default 1)\n"
      "  --verbose           case descriptions, HBM counts, and the golden cases skipped\n"
+     "  --no-io-check       a student copy (--variant student[-V]) passes on its outputs alone; without\n"
+     "                      it, each case also shows the HBM bytes beside the reference's (the stage's\n"
+     "                      variant V, or its default one), and a copy that reads or writes more than\n"
+     "                      1.10x the reference's bytes fails the case ('IO FAIL', with the extra bytes)\n"
      "  --json              a grade report instead of the text (one JSON object on stdout): the stage's\n"
      "                      precision and tolerances; per case\n"
      "                      its status (pass, fail, error), per tensor max abs / max rel error and the\n"

@@ -38,6 +38,7 @@ static const OptionSpec option_specs[] = {
     {"--ranks", OPT_INT, AT(ctx.ranks), 1, 64, "check run bench"},
     {"--page-size", OPT_INT, AT(shape.page_size), 1, 1 << 20, "bench"},
     {"--verbose", OPT_FLAG, AT(verbose), 0, 0, "check"},
+    {"--no-io-check", OPT_FLAG, AT(no_io_check), 0, 0, "check"},
     {"--docs", OPT_FLAG, AT(docs), 0, 0, "diff"},
     {"--out", OPT_STRING, AT(out_dir), 0, 0, "run"},
     {"--stages", OPT_STRING, AT(stages), 0, 0, "bench"},
