@@ -14,116 +14,11 @@
 #include <unistd.h>
 
 #include "attn.h"
-#include "stage_files.h"
+#include "exercise_copy.h"
 
 #define MARKER_BEGIN STAGE_MARKER_BEGIN
 #define MARKER_END STAGE_MARKER_END
 #define STUB_SEPARATOR "| stub:"
-#define MAX_BASES 4
-
-/* ==== a growable text buffer ================================================================== */
-
-typedef struct {
-    char *text;
-    size_t len, cap;
-} Buf;
-
-/* Out of memory is not a condition the generator can report usefully: it stops. */
-static void *checked(void *p)
-{
-    if (!p) {
-        fprintf(stderr, "flashlab exercise: out of memory\n");
-        abort();
-    }
-    return p;
-}
-
-static void buf_add(Buf *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        b->text = checked(realloc(b->text, cap)), b->cap = cap;
-    }
-    memcpy(b->text + b->len, s, n);
-    b->len += n;
-    b->text[b->len] = '\0';
-}
-
-static void buf_printf(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void buf_printf(Buf *b, const char *fmt, ...)
-{
-    char line[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    buf_add(b, line, n < (int)sizeof line ? (size_t)n : sizeof line - 1);
-}
-
-static void buf_free(Buf *b)
-{
-    free(b->text);
-    memset(b, 0, sizeof *b);
-}
-
-static int read_text(const char *path, Buf *b, FlError *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return fl_fail(err, FL_BAD_INPUT, "%s: cannot read (%s)", path, strerror(errno));
-    char chunk[65536];
-    size_t n;
-    buf_add(b, "", 0);
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        buf_add(b, chunk, n);
-    fclose(f);
-    return FL_OK;
-}
-
-static int write_text(const char *path, const Buf *b, FlError *err)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return fl_fail(err, FL_BAD_INPUT, "%s: cannot write (%s)", path, strerror(errno));
-    int ok = fwrite(b->text, 1, b->len, f) == b->len;
-    ok = fclose(f) == 0 && ok;
-    return ok ? FL_OK : fl_fail(err, FL_BAD_INPUT, "%s: write failed (%s)", path, strerror(errno));
-}
-
-/* ==== lines =================================================================================== */
-
-/* The next line of text at *pos (without its newline) into *line and *len; 0 at the end. */
-static int next_line(const char *text, size_t *pos, const char **line, size_t *len)
-{
-    if (!text || text[*pos] == '\0')
-        return 0;
-    *line = text + *pos;
-    const char *nl = strchr(*line, '\n');
-    *len = nl ? (size_t)(nl - *line) : strlen(*line);
-    *pos += *len + (nl ? 1 : 0);
-    return 1;
-}
-
-static size_t indent_of(const char *line, size_t len)
-{
-    size_t n = 0;
-    while (n < len && (line[n] == ' ' || line[n] == '\t'))
-        n++;
-    return n;
-}
-
-static int is_blank(const char *line, size_t len) { return indent_of(line, len) == len; }
-
-static int line_has(const char *line, size_t len, const char *word)
-{
-    size_t w = strlen(word);
-    for (size_t i = 0; i + w <= len; i++)
-        if (!memcmp(line + i, word, w))
-            return 1;
-    return 0;
-}
 
 /* A line that is all comment: "// ...", "/ * ... * /" with nothing after, or a " * ..." line of a
  * block comment. (A heuristic: a code line starting with a dereference, "*p = 0;", is not one.) */
@@ -166,29 +61,6 @@ static int registration_start(const char *text)
     }
     return array_line;
 }
-
-/* ==== the copy being made ===================================================================== */
-
-typedef enum { MADE_GIVEN, MADE_FROM_HUNKS, MADE_FROM_MARKERS } MadeFrom;
-
-typedef struct {
-    char name[STAGE_NAME_LEN];
-    MadeFrom made_from;
-    char base_folder[STAGE_NAME_LEN], base_name[STAGE_NAME_LEN]; /* MADE_FROM_HUNKS */
-    Buf source;   /* this stage's file */
-    Buf hunks;    /* MADE_FROM_HUNKS: diff's tagged output (see run_group_diff) */
-    int todos;    /* TODO blocks in this file */
-} CopyFile;
-
-typedef struct {
-    char folder[STAGE_NAME_LEN]; /* "07_causal" */
-    char number[3];              /* "07" */
-    char bases[MAX_BASES][STAGE_NAME_LEN]; /* folders of the stages it was copied from */
-    int nbases;
-    CopyFile files[3 * STAGE_MAX_FILES];
-    int nfiles;
-    int total_todos;
-} Exercise;
 
 /* The TODO block's first and last lines. */
 static void todo_open(Buf *out, const char *indent, size_t nindent, int k, int total, const char *stage,
@@ -300,8 +172,8 @@ static int render_hunks(const Exercise *ex, const CopyFile *f, int first, Buf *o
     size_t pos = 0, len, cap = 1;
     for (const char *c = f->hunks.text; c && *c; c++)
         cap += *c == '\n';
-    Lines old_lines = {checked(malloc(cap * sizeof(char *))), checked(malloc(cap * sizeof(size_t))), 0};
-    Lines new_lines = {checked(malloc(cap * sizeof(char *))), checked(malloc(cap * sizeof(size_t))), 0};
+    Lines old_lines = {must_alloc(malloc(cap * sizeof(char *))), must_alloc(malloc(cap * sizeof(size_t))), 0};
+    Lines new_lines = {must_alloc(malloc(cap * sizeof(char *))), must_alloc(malloc(cap * sizeof(size_t))), 0};
     const char *line;
     int new_line_number = 0, todos = 0;
     while (next_line(f->hunks.text, &pos, &line, &len)) {
@@ -523,126 +395,6 @@ static int load_files(Exercise *ex, const char *scratch_dir, FlError *err)
     return FL_OK;
 }
 
-/* ==== the README and CMakeLists.txt of the copy =============================================== */
-
-/* The lesson's summary: the first paragraph after the title of the stage's README. */
-static void lesson_summary(const Exercise *ex, char *summary, size_t size)
-{
-    char path[4096];
-    stage_path(ex->folder, "README.md", path, sizeof path);
-    Buf readme = {0};
-    FlError ignored;
-    summary[0] = '\0';
-    if (read_text(path, &readme, &ignored) != FL_OK)
-        return;
-    size_t pos = 0, len, used = 0;
-    const char *line;
-    int in_paragraph = 0;
-    while (next_line(readme.text, &pos, &line, &len)) {
-        if (line[0] == '#' || (is_blank(line, len) && !in_paragraph))
-            continue;
-        if (is_blank(line, len))
-            break;
-        in_paragraph = 1;
-        used += (size_t)snprintf(summary + used, used < size ? size - used : 0, "%s%.*s", used ? " " : "",
-                                 (int)len, line);
-        if (used >= size)
-            break;
-    }
-    buf_free(&readme);
-}
-
-static const char *made_from_text(const CopyFile *f, char *buf, size_t size)
-{
-    switch (f->made_from) {
-    case MADE_FROM_HUNKS:
-        snprintf(buf, size, "stages/%s/%s with this stage's changes taken out: each block holds the "
-                 "earlier stage's lines, live, and says how many lines this stage has there",
-                 f->base_folder, f->base_name);
-        break;
-    case MADE_FROM_MARKERS:
-        snprintf(buf, size, "this stage's file with the marked regions taken out");
-        break;
-    case MADE_GIVEN:
-        snprintf(buf, size, "given in full: read it, and use it where the TODOs need it");
-        break;
-    }
-    return buf;
-}
-
-static void write_readme(const Exercise *ex, const char *final_dir, Buf *out)
-{
-    char summary[2048], text[1024];
-    lesson_summary(ex, summary, sizeof summary);
-    buf_printf(out, "# Exercise: stage %s (%s)\n\n", ex->number, ex->folder + 3);
-    buf_printf(out, "The lesson: %s\n\n", summary);
-    buf_printf(out,
-               "This folder is a student copy of `stages/%s`, written by `flashlab exercise %s`. The lesson's\n"
-               "code is taken out: %d TODO blocks, each between a line\n"
-               "`// TODO(exercise K/%d, stage %s): what to do` and a line `// END TODO(exercise K/%d)`.\n"
-               "Make the code inside each block compute what stage %s computes. The copy compiles as it is\n"
-               "and fails its tests until you do.\n\n",
-               ex->folder, ex->number, ex->total_todos, ex->total_todos, ex->number, ex->total_todos, ex->number);
-    buf_printf(out, "| file | TODO blocks | made from |\n|---|---|---|\n");
-    for (int i = 0; i < ex->nfiles; i++)
-        buf_printf(out, "| %s | %d | %s |\n", ex->files[i].name, ex->files[i].todos,
-                   made_from_text(&ex->files[i], text, sizeof text));
-    buf_printf(out,
-               "\nRead the lesson first: `stages/%s/README.md` (the idea, the math, what changes).\n"
-               "`flashlab diff` against the earlier stage prints the answer: leave it for the end.\n\n",
-               ex->folder);
-    buf_printf(out,
-               "## Build\n\n"
-               "From the flashlab source folder (the copy becomes variant `student` of stage %s, in a second\n"
-               "executable `build/flashlab_student` that `build/flashlab` hands `--variant student` runs to):\n\n"
-               "```sh\n"
-               "cmake --preset default -DFLASHLAB_STUDENT_DIR=%s\n"
-               "cmake --build --preset default\n"
-               "ctest --test-dir build -R student_build            # compiles your copy; shows the compiler's errors\n"
-               "```\n\n"
-               "Only your copy is built by that test: if it does not compile, the rest of the build still works.\n"
-               "After an edit, `build/flashlab ... --variant student` notices that your copy is newer than\n"
-               "`build/flashlab_student` and builds it again first (the compiler's errors, if any, end the run).\n\n",
-               ex->number, final_dir);
-    buf_printf(out,
-               "## Test\n\n"
-               "```sh\n"
-               "ctest --test-dir build -R stage%s                  # the stage's tests; yours end in _student\n"
-               "build/flashlab check %s --variant student          # per case and tensor: errors and the first mismatches (b, h, i, j)\n"
-               "build/flashlab check %s --variant student --device cuda   # the .cu side, on a GPU\n"
-               "```\n\n"
-               "Other variants of the stage, if it has any, are built too as `student-NAME` (e.g. `student-naive`).\n"
-               "Right outputs are half of a pass: each case also compares your HBM bytes with the stage's own\n"
-               "(`hbm:` lines), and a copy that moves more than 1.10x of them fails with `IO FAIL`, since the traffic\n"
-               "a stage saves is its idea. `--no-io-check` turns that off while you explore.\n\n",
-               ex->number, ex->number, ex->number);
-    buf_printf(out,
-               "## Grading\n\n"
-               "Your instructor runs the same checks on cases you have not seen, drawn from another seed:\n\n"
-               "```sh\n"
-               "python3 golden/make_golden.py --seed N --out /tmp/hidden     # N: the instructor's secret\n"
-               "FLASHLAB_GOLDEN=/tmp/hidden build/flashlab check %s --variant student --json\n"
-               "```\n\n"
-               "(docs/teaching.md in the source tree describes the whole course set-up.)\n",
-               ex->number);
-}
-
-static void write_cmakelists(const Exercise *ex, const char *final_dir, Buf *out)
-{
-    buf_printf(out,
-               "# Written by `flashlab exercise %s`: the student copy of stages/%s. The flashlab build reads this\n"
-               "# file when configured with -DFLASHLAB_STUDENT_DIR=%s\n"
-               "# and builds the sources below as variant \"student\" of stage %s (docs/teaching.md).\n"
-               "flashlab_student_stage(%s",
-               ex->number, ex->folder, final_dir, ex->number, ex->folder);
-    for (int i = 0; i < ex->nfiles; i++) {
-        const char *dot = strrchr(ex->files[i].name, '.');
-        if (dot && (!strcmp(dot, ".c") || !strcmp(dot, ".cu")))
-            buf_printf(out, " %s", ex->files[i].name);
-    }
-    buf_printf(out, ")\n");
-}
-
 /* ==== the folder ============================================================================== */
 
 static int folder_is_usable(const char *dir, FlError *err)
@@ -699,13 +451,13 @@ static int write_copy(Exercise *ex, const char *scratch, const char *final_dir, 
                      "and no exercise markers (docs/adding_a_stage.md)", ex->number);
     if (rc == FL_OK) {
         out.len = 0;
-        write_readme(ex, final_dir, &out);
+        exercise_write_readme(ex, final_dir, &out);
         snprintf(path, sizeof path, "%s/README.md", scratch);
         rc = write_text(path, &out, err);
     }
     if (rc == FL_OK) {
         out.len = 0;
-        write_cmakelists(ex, final_dir, &out);
+        exercise_write_cmakelists(ex, final_dir, &out);
         snprintf(path, sizeof path, "%s/CMakeLists.txt", scratch);
         rc = write_text(path, &out, err);
     }
@@ -775,100 +527,4 @@ int exercise_write(const char *stage, const char *dir, FlError *err)
         buf_free(&ex->files[i].source), buf_free(&ex->files[i].hunks);
     free(ex);
     return rc;
-}
-
-/* ==== running the student build ================================================================ */
-
-static int asks_for_student_variant(int argc, char **argv)
-{
-    for (int i = 1; i < argc; i++) {
-        const char *value = !strcmp(argv[i], "--variant") && i + 1 < argc ? argv[i + 1]
-                            : !strncmp(argv[i], "--variant=", 10) ? argv[i] + 10
-                                                                  : NULL;
-        if (value && !strncmp(value, "student", 7))
-            return 1;
-    }
-    return 0;
-}
-
-static int has_student_impls(void)
-{
-    const StageImpl *const *all = stage_registry();
-    for (int i = 0; all[i]; i++)
-        if (!strncmp(all[i]->variant, "student", 7))
-            return 1;
-    return 0;
-}
-
-/* The newest modification time of the copy's sources (.c, .cu, .h, CMakeLists.txt) in dir. */
-static time_t newest_source(const char *dir)
-{
-    time_t newest = 0;
-    DIR *d = opendir(dir);
-    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
-        const char *dot = strrchr(e->d_name, '.');
-        if (!(dot && (!strcmp(dot, ".c") || !strcmp(dot, ".cu") || !strcmp(dot, ".h"))) &&
-            strcmp(e->d_name, "CMakeLists.txt") != 0)
-            continue;
-        char path[PATH_MAX + 256];
-        struct stat st;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (stat(path, &st) == 0 && st.st_mtime > newest)
-            newest = st.st_mtime;
-    }
-    if (d)
-        closedir(d);
-    return newest;
-}
-
-/* When the student's copy (named in BUILD/flashlab_student.dir) changed since BUILD/flashlab_student
- * was linked, or the executable is missing, builds it again: FL_OK, or FL_BAD_INPUT when the copy
- * does not compile (the compiler's messages are on the terminal). */
-static int student_build_fresh(const char *build_dir, const char *student, const char *command)
-{
-    char marker[PATH_MAX + 32], dir[PATH_MAX] = "";
-    snprintf(marker, sizeof marker, "%s/flashlab_student.dir", build_dir);
-    FILE *f = fopen(marker, "r");
-    if (!f)
-        return FL_OK; /* no student copy configured: the caller says what to do */
-    int got = fgets(dir, sizeof dir, f) != NULL;
-    fclose(f);
-    dir[strcspn(dir, "\n")] = '\0';
-    struct stat st;
-    if (got && stat(student, &st) == 0 && newest_source(dir) <= st.st_mtime)
-        return FL_OK;
-    fprintf(stderr, "flashlab %s: %s changed since %s was built: building it (cmake --build %s --target "
-            "flashlab_student)\n", command, dir, student, build_dir);
-    const char *const cmake[] = {"cmake", "--build", build_dir, "--target", "flashlab_student", NULL};
-    FlError err = {{0}};
-    int status = stage_run_program(cmake, NULL, STDERR_FILENO, &err);
-    if (status == 0)
-        return FL_OK;
-    fprintf(stderr, "flashlab %s: your copy in %s does not build (the compiler's messages are above)\n", command,
-            dir);
-    return FL_BAD_INPUT;
-}
-
-int exercise_forward_to_student_build(int argc, char **argv)
-{
-    if (!asks_for_student_variant(argc, argv) || has_student_impls())
-        return -1;
-    char self[PATH_MAX], student[PATH_MAX + 32];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    self[n > 0 ? n : 0] = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash && !strcmp(slash + 1, "flashlab_student"))
-        return -1; /* it is the student build: its own lookup says what is missing */
-    char build_dir[PATH_MAX];
-    snprintf(build_dir, sizeof build_dir, "%.*s", slash ? (int)(slash - self) : 1, slash ? self : ".");
-    snprintf(student, sizeof student, "%s/flashlab_student", build_dir);
-    if (student_build_fresh(build_dir, student, argc > 1 ? argv[1] : "") != FL_OK)
-        return FL_BAD_INPUT;
-    fflush(stdout);
-    if (access(student, X_OK) == 0)
-        execv(student, argv);
-    fprintf(stderr, "flashlab %s: student copy not built (no %s): configure with "
-            "-DFLASHLAB_STUDENT_DIR=DIR and run 'ctest -R student_build' (docs/teaching.md)\n",
-            argc > 1 ? argv[1] : "", student);
-    return FL_BAD_INPUT;
 }
