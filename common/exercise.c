@@ -204,7 +204,7 @@ static int render_hunks(const Exercise *ex, const CopyFile *f, int first, Buf *o
 /* ---- marker mode ---- */
 
 /* The task and stub of a begin marker: "/ * exercise: begin — TASK | stub: CODE * /". */
-static void parse_marker(const char *line, size_t len, char *task, size_t task_len, char *stub, size_t stub_len)
+void exercise_parse_marker(const char *line, size_t len, char *task, size_t task_len, char *stub, size_t stub_len)
 {
     const char *s = strstr(line, MARKER_BEGIN) + strlen(MARKER_BEGIN);
     size_t n = len - (size_t)(s - line);
@@ -253,7 +253,7 @@ static int render_markers(const Exercise *ex, const CopyFile *f, int first, Buf 
         }
         const int k = first + ++todos, begin_line = line_number;
         char task[1024], stub[1024];
-        parse_marker(line, len, task, sizeof task, stub, sizeof stub);
+        exercise_parse_marker(line, len, task, sizeof task, stub, sizeof stub);
         const size_t nindent = indent_of(line, len);
         todo_open(out, line, nindent, k, ex->total_todos, ex->number, task);
         buf_printf(out, "%.*s// Stage %s's code for this is yours to write.%s\n", (int)nindent, line, ex->number,

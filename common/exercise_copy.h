@@ -30,6 +30,10 @@ typedef struct {
     int total_todos;
 } Exercise;
 
+/* A begin marker line split into its task (the words after "exercise: begin") and its stub (after
+ * "| stub:", or ""). */
+void exercise_parse_marker(const char *line, size_t len, char *task, size_t task_len, char *stub, size_t stub_len);
+
 /* The copy's README.md (the task, the files, how to build, test and be graded) and its
  * CMakeLists.txt, for a copy that will live in final_dir. */
 void exercise_write_readme(const Exercise *ex, const char *final_dir, Buf *out);

@@ -49,6 +49,35 @@ static const char *made_from_text(const CopyFile *f, char *buf, size_t size)
     return buf;
 }
 
+/* The tasks of the marker-made files, numbered as their TODO blocks: what each asks, and where. */
+static void write_tasks(const Exercise *ex, Buf *out)
+{
+    int k = 0, any = 0;
+    for (int i = 0; i < ex->nfiles; i++) {
+        const CopyFile *f = &ex->files[i];
+        if (f->made_from != MADE_FROM_MARKERS) {
+            k += f->todos;
+            continue;
+        }
+        size_t pos = 0, len;
+        const char *line;
+        while (next_line(f->source.text, &pos, &line, &len)) {
+            if (!line_has(line, len, STAGE_MARKER_BEGIN))
+                continue;
+            char task[1024], stub[1024];
+            exercise_parse_marker(line, len, task, sizeof task, stub, sizeof stub);
+            if (!any++)
+                buf_printf(out, "## Tasks\n\n| TODO | file | what to do |\n|---|---|---|\n");
+            buf_printf(out, "| %d/%d | %s | ", ++k, ex->total_todos, f->name);
+            for (const char *c = task; *c; c++) /* a '|' would end the table's cell */
+                buf_add(out, *c == '|' ? "\\|" : c, *c == '|' ? 2 : 1);
+            buf_printf(out, " |\n");
+        }
+    }
+    if (any)
+        buf_printf(out, "\n");
+}
+
 void exercise_write_readme(const Exercise *ex, const char *final_dir, Buf *out)
 {
     char summary[2048], text[1024];
@@ -70,6 +99,7 @@ void exercise_write_readme(const Exercise *ex, const char *final_dir, Buf *out)
                "\nRead the lesson first: `stages/%s/README.md` (the idea, the math, what changes).\n"
                "`flashlab diff` against the earlier stage prints the answer: leave it for the end.\n\n",
                ex->folder);
+    write_tasks(ex, out);
     buf_printf(out,
                "## Build\n\n"
                "From the flashlab source folder (the copy becomes variant `student` of stage %s, in a second\n"
