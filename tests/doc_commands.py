@@ -2,7 +2,7 @@
 """doc_commands.py -- runs every flashlab command the documentation shows, so no page can drift
 from the tool.
 
-    doc_commands.py --flashlab build/flashlab --root . [--list]
+    doc_commands.py --flashlab build/flashlab --root . [--list] [--jobs N]
 
 Scans the code blocks (fenced or indented) of README.md, docs/*.md, stages/*/README.md, golden/README.md and
 notebooks/README.md for lines that start with `flashlab ` or `build/flashlab ` (after an optional
@@ -16,10 +16,14 @@ anything else must exit 0. Lines that are templates rather than commands (they h
 such as NN, N-1, STAGE, DIR, CASE_DIR, V, "..." or <...>) are listed and not run. Commands of the
 other tools (cmake, ctest, tools/*.sh) are run by CI itself and are not repeated here.
 
+A command shown on several pages runs once; distinct commands run --jobs at a time (default 2),
+except those that write files (--out), which run one at a time; the report lists every occurrence in page order with its exit status and time.
+
 Exit status: 0 when every command behaved as documented, 1 otherwise, 2 on bad usage. Standard
 library only."""
 
 import argparse
+import concurrent.futures
 import glob
 import os
 import re
@@ -85,6 +89,7 @@ def main(argv=None):
     ap.add_argument("--flashlab", required=True, help="the built flashlab binary")
     ap.add_argument("--root", required=True, help="the repository root")
     ap.add_argument("--list", action="store_true", help="only list the commands found")
+    ap.add_argument("--jobs", type=int, default=2, help="commands run at a time (default 2)")
     a = ap.parse_args(argv)
     flashlab = os.path.abspath(a.flashlab)
     if not os.access(flashlab, os.X_OK):
@@ -93,6 +98,7 @@ def main(argv=None):
     have_gpu = subprocess.run([flashlab, "list"], stdout=subprocess.PIPE, universal_newlines=True).stdout
     have_gpu = "cuda device: none" not in have_gpu
     ran = failed = templates = 0
+    found = []  # (where, command, expected status) of every command to run
     for path in doc_files(a.root):
         rel = os.path.relpath(path, a.root)
         for number, command, comment in commands_in(path):
@@ -105,18 +111,34 @@ def main(argv=None):
             if a.list:
                 print("command   %s  %s   (expect exit %d)" % (where, command, want))
                 continue
-            start = time.monotonic()
-            status, output = run(flashlab, a.root, command)
-            seconds = time.monotonic() - start
-            ran += 1
-            if status == want:
-                print("ok        %s  %s   (exit %d, %.1f s)" % (where, command, status, seconds))
-                continue
-            failed += 1
-            print("FAILED    %s  %s   (exit %s, documented %d, %.1f s)" % (where, command, status, want, seconds))
-            print("          " + "\n          ".join(output.strip().splitlines()[-6:]))
-    print("doc_commands: %d commands run, %d failed; %d templates not run (GPU: %s)"
-          % (ran, failed, templates, "yes" if have_gpu else "no"))
+            found.append((where, command, want))
+    # A command shown on several pages runs once (its status and output do not depend on the page);
+    # distinct commands run a.jobs at a time, and the results print in page order.
+    distinct = sorted(set(command for _, command, _ in found), key=[c for _, c, _ in found].index)
+    results = {}
+
+    def timed(command):
+        start = time.monotonic()
+        status, output = run(flashlab, a.root, command)
+        results[command] = (status, output, time.monotonic() - start)
+
+    # Commands that write (--out) run one at a time, after the others: two pages may name one folder.
+    writers = [c for c in distinct if "--out" in shlex.split(c)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
+        list(pool.map(timed, [c for c in distinct if c not in writers]))
+    for command in writers:
+        timed(command)
+    for where, command, want in found:
+        status, output, seconds = results[command]
+        ran += 1
+        if status == want:
+            print("ok        %s  %s   (exit %d, %.1f s)" % (where, command, status, seconds))
+            continue
+        failed += 1
+        print("FAILED    %s  %s   (exit %s, documented %d, %.1f s)" % (where, command, status, want, seconds))
+        print("          " + "\n          ".join(output.strip().splitlines()[-6:]))
+    print("doc_commands: %d commands checked (%d distinct ones run, %d at a time), %d failed; %d templates not "
+          "run (GPU: %s)" % (ran, len(results), a.jobs, failed, templates, "yes" if have_gpu else "no"))
     return 1 if failed else 0
 
 
