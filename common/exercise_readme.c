@@ -75,7 +75,11 @@ static void write_tasks(const Exercise *ex, Buf *out)
         }
     }
     if (any)
-        buf_printf(out, "\n");
+        buf_printf(out,
+                   "\nThe number that shows you are done: `build/flashlab check %s --variant student` ends with as many\n"
+                   "cases passed as checked, and its `hbm:` lines show the reference's bytes (no `IO FAIL`). Where a\n"
+                   "task names a case or a number of its own, that one shows the task alone.\n\n",
+                   ex->number);
 }
 
 void exercise_write_readme(const Exercise *ex, const char *final_dir, Buf *out)
