@@ -91,9 +91,11 @@ static void mask_tile(Causal c, float *tile, size_t i0, size_t rows, size_t j0, 
 {
     if (!crosses(c, (int)i0, (int)j0, (int)n))
         return;
+    /* exercise: begin — mask_tile: in a crossing tile, set each row's keys past the ones it sees to `value` (-inf for scores, 0 for probabilities) (check 07: o and lse of every causal_* case) | stub: (void)value, (void)rows; */
     for (size_t i = 0; i < rows; i++)
         for (size_t j = (size_t)seen_in_tile(c, (int)(i0 + i), (int)j0, (int)n); j < n; j++)
             tile[i * n + j] = value;
+    /* exercise: end */
 }
 
 /* Does a tile (n floats) hold a NaN? (x != x only for a NaN.) */
@@ -208,7 +210,9 @@ static void fa2_block(const AttnProblem *p, const Head x, size_t i0, const Tiles
     const size_t rows = min_size(Br, Tq - i0); /* rows in block i; the last may be short */
     const Causal causal = causal_make(p->causal, p->Tq, p->Tk);
     /* Keys up to the block's last row's position; the chunks past them are never loaded. */
+    /* exercise: begin — forward: stop the K/V walk after the last key the block's last row sees; the chunks above the diagonal are never loaded (check 07: no IO FAIL on causal_b2_t48_fwd) | stub: const size_t Tk = p->Tk; */
     const size_t Tk = (size_t)keys_seen(causal, (int)(i0 + rows - 1));
+    /* exercise: end */
 
     hbm_load(hbm, s->Q, x.q + i0 * d, rows * d); /* Q_i  (rows, d), read once */
     // Õ_i = 0, m_i = -inf, l_i = 0, in SRAM
@@ -249,11 +253,13 @@ static void fa2_block(const AttnProblem *p, const Head x, size_t i0, const Tiles
     // One rescale: O_i = Õ_i / l_i, lse_i = m_i + log l_i; both written once. A row that saw no
     // key (l = 0) gets O = 0 and lse = -inf.
     for (size_t i = 0; i < rows; i++) {
+        /* exercise: begin — the one rescale of row i: O_i = Õ_i / l_i and lse_i = m_i + log l_i, but a row that saw no key (l = 0) gets O = 0 and lse = -inf (check 07: causal_tq_gt_tk, whose first rows see no key) | stub: for (size_t c = 0; c < dv; c++) s->O[i * dv + c] /= s->l[i]; s->lse[i] = s->m[i] + logf(s->l[i]); */
         const int empty = s->l[i] == 0.0f;
         const float inv_l = empty ? 0.0f : 1.0f / s->l[i];
         for (size_t c = 0; c < dv; c++)
             s->O[i * dv + c] *= inv_l;
         s->lse[i] = empty ? -INFINITY : s->m[i] + logf(s->l[i]);
+        /* exercise: end */
     }
     hbm_store(hbm, x.o + i0 * dv, s->O, rows * dv); /* O_i */
     hbm_store(hbm, x.lse + i0, s->lse, rows);       /* lse_i */
@@ -494,8 +500,10 @@ static void grad_head(const AttnProblem *p, const Head x, float *D, const GradTi
         memset(s->dK, 0, n * d * sizeof(float));
         memset(s->dV, 0, n * dv * sizeof(float));
         // Q blocks from the first one that sees K_j; the ones above the diagonal are skipped
+        /* exercise: begin — backward: walk the Q blocks from the first one with a row that sees K_j; those above the diagonal are skipped (check 07: no IO FAIL on the fwd+bwd causal cases) | stub: for (size_t i0 = 0; i0 < Tq; i0 += Br) grad_tile(p, x, D, i0, min_size(Br, Tq - i0), j0, n, s, hbm); */
         for (size_t i0 = (size_t)first_row_seeing(causal, (int)j0) / Br * Br; i0 < Tq; i0 += Br)
             grad_tile(p, x, D, i0, min_size(Br, Tq - i0), j0, n, s, hbm);
+        /* exercise: end */
         hbm_store(hbm, x.dk + j0 * d, s->dK, n * d);    /* dK_j, once */
         hbm_store(hbm, x.dv + j0 * dv, s->dV, n * dv);  /* dV_j, once */
     }

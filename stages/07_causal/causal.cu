@@ -90,7 +90,9 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
     const float *v = a.v + (size_t)kvh * a.Tk * a.dv;
     // K/V tiles up to the one holding the last row's last key; the ones above the diagonal are
     // never loaded. 0 when no row of Q_i sees a key.
+    /* exercise: begin — forward kernel: n_tiles, the K/V tiles up to the one holding the last row's last key (0 when no row sees a key) (check 07 --device cuda: no IO FAIL) | stub: const int n_tiles = ceil_div(a.Tk, BC); */
     const int n_tiles = ceil_div(keys_seen(a.causal, q0 + rows_q - 1), BC);
+    /* exercise: end */
 
     // Prologue: Q_i, K_0, V_0 in flight, three commit groups.
     load_tile<BR, D, T::QS, NT>(Qs, q, rows_q, a.d, a.vec_qk, tid);
@@ -191,7 +193,9 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
         const int row = rg + RG * i;
         if (row >= rows_q)
             continue;
+        /* exercise: begin — forward kernel: which rows saw no key (they store O = 0 and lse = -inf) (check 07 --device cuda: causal_tq_gt_tk) | stub: const bool empty = false; */
         const bool empty = l[i] == 0.0f;
+        /* exercise: end */
         store_row<OQ, CG>(a.o + ((size_t)bh * a.Tq + q0 + row) * a.dv, o[i],
                           empty ? 0.0f : 1.0f / l[i], a.dv, a.vec_o, cg);
         if (cg == 0)
@@ -416,7 +420,9 @@ __global__ void __launch_bounds__(T::NT, T::MINB) bwd_dkdv_kernel(BwdArgs a)
     const size_t q_row0 = (size_t)bh * a.Tq, kv_row0 = (size_t)kvh * a.Tk + kv0;
     const int n_tiles = (a.Tq + T::BR - 1) / T::BR;
     // The query tiles above the diagonal (rows that see none of K_j) are skipped.
+    /* exercise: begin — dK/dV kernel: t0, the first query tile with a row that sees K_j (check 07 --device cuda: no IO FAIL on the fwd+bwd cases) | stub: const int t0 = 0 * kv0; */
     const int t0 = first_row_seeing(a.causal, kv0) / T::BR;
+    /* exercise: end */
 
     load_key_tile(sm, a, kv_row0, rows_kv, tid); // K_j, V_j: read once
     if (t0 < n_tiles)                            // Q_t0, dO_t0, lse_t0, D_t0
@@ -502,7 +508,9 @@ __global__ void __launch_bounds__(T::NT, T::MINB) bwd_dq_kernel(BwdArgs a)
     const int q0 = (gridDim.y - 1 - blockIdx.y) * T::BR, rows_q = min(T::BR, a.Tq - q0);
     const size_t q_row0 = (size_t)bh * a.Tq + q0, kv_row0 = (size_t)kvh * a.Tk;
     // K/V tiles up to the last one the tile's last row sees (none above the diagonal).
+    /* exercise: begin — dQ kernel: n_tiles, the K/V tiles up to the last one the tile's last row sees (check 07 --device cuda: no IO FAIL on the fwd+bwd cases) | stub: const int n_tiles = ceil_div(a.Tk, T::BC); */
     const int n_tiles = ceil_div(keys_seen(a.causal, q0 + rows_q - 1), T::BC);
+    /* exercise: end */
 
     load_query_tile(sm, a, q_row0, rows_q, tid); // Q_i, dO_i, lse_i, D_i: read once
     if (n_tiles > 0)
