@@ -47,16 +47,20 @@ typedef struct {
  * (else 0), se = min(S, hi). Without the causal mask every row sees every key. */
 FL_HD static inline KeyRuns row_runs(Causal c, int row)
 {
+    /* exercise: begin — row_runs: the keys packed row `row` sees, as runs: hi = its position + 1 (at most Tk), lo = hi - W with a window (else 0), se = the sink tokens before hi; every key without the mask (check 10: the window* and sink_tokens* cases pass) | stub: KeyRuns k = {0, c.Tk + 0 * row, 0}; return k; */
     const int hi = !c.on ? c.Tk : clamp_int(row % c.Tq + c.offset + 1, 0, c.Tk);
     const int lo = c.window > 0 ? clamp_int(hi - c.window, 0, c.Tk) : 0;
     KeyRuns k = {lo, hi, c.sink_tokens < hi ? c.sink_tokens : hi};
     return k;
+    /* exercise: end */
 }
 
 /* Does a row with runs k see key `key`? */
 FL_HD static inline int sees(KeyRuns k, int key)
 {
+    /* exercise: begin — sees: a row with runs k sees a key before hi that is in the window run or among the sink tokens (check 10: the window cases with sink_tokens pass) | stub: return key < k.hi; */
     return key < k.hi && (key >= k.lo || key < k.se);
+    /* exercise: end */
 }
 
 /* How many keys a row with runs k sees: the window run plus the sink tokens before it. */

@@ -255,8 +255,10 @@ static void fa2_block(const AttnProblem *p, const Head x, size_t i0, const Tiles
     for (size_t i = 0; i < rows; i++) {
         for (size_t c = 0; c < dv; c++)
             s->O[i * dv + c] = 0.0f;
+        /* exercise: begin — forward: with learned sinks, row i's softmax starts from its head's sink logit as a score already seen, m_i = s_h and l_i = 1, adding nothing to O (check 10: o and lse of the *sinks* cases) | stub: s->m[i] = -INFINITY; s->l[i] = 0.0f; */
         s->m[i] = x.sinks ? x.sinks[(i0 + i) / (size_t)p->Tq] : -INFINITY;
         s->l[i] = x.sinks ? 1.0f : 0.0f;
+        /* exercise: end */
     }
 
     // The K/V chunks that hold a key some row sees: the sink chunks, then the band
@@ -564,7 +566,9 @@ static void sink_gradient(const AttnProblem *p, const float *lse, const float *D
             const size_t bh = (size_t)b * p->Hq + (size_t)h;
             for (size_t i = 0; i < rows; i++) {
                 /* P_sink D; with sinks, lse >= s_h is finite (a row that sees no key has lse = s_h) */
+                /* exercise: begin — dsinks: add row (b, h, i)'s P_sink D, with P_sink = exp(s_h - lse) from the saved lse and D = rowsum(dO o O) (check 10: dsinks.npy of the backward cases with sinks) | stub: acc += 0.0 * D[bh * rows + i]; */
                 acc += exp((double)p->sinks[h] - lse[bh * rows + i]) * D[bh * rows + i];
+                /* exercise: end */
             }
         }
         dsinks[h] = (float)-acc;

@@ -110,7 +110,9 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
     // The K/V tiles holding a key some row sees: the sink tiles, then the band up to the
     // furthest row's last key (kv_end); the others are never loaded. None when no row sees a key.
     const TileRuns tile = tile_runs(a.causal, q0, rows_q);
+    /* exercise: begin — forward kernel: where the K/V walk starts (the first sink tile, else the band) and ends (the furthest row's last key) (check 10 --device cuda: no IO FAIL on the window cases) | stub: const int kv_end = a.Tk, kv_first = 0 * BC; */
     const int kv_end = tile.far.hi, kv_first = next_key_tile(tile, 0, BC);
+    /* exercise: end */
     // A decode step fills only R of the Br rows (R = group with Tq = 1): the threads whose rows
     // are all absent skip the two products (they still join the row reductions and barriers).
     const bool has_rows = rg < rows_q;
@@ -137,9 +139,11 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
 #pragma unroll
     for (int i = 0; i < TM; i++) {
         const size_t row = (size_t)g * a.R + q0 + rg + RG * i; // packed row, all kv heads
+        /* exercise: begin — forward kernel: each row starts from its sink logit (base 2: m = s_h log2 e), l = 1 counted once per row (column group 0) (check 10 --device cuda: the *sinks* cases) | stub: m[i] = ((void)row, -INFINITY); l[i] = 0.0f; */
         const bool sink = a.sinks && rg + RG * i < rows_q;
         m[i] = sink ? a.sinks[row / a.causal.Tq % a.Hq] * kLog2e : -INFINITY;
         l[i] = sink && cg == 0 ? 1.0f : 0.0f;
+        /* exercise: end */
     }
 
     for (int kv0 = kv_first, kv_next; kv0 < kv_end; kv0 = kv_next) {
@@ -361,7 +365,9 @@ __global__ void sink_gradient_kernel(const float *sinks, const float *lse, const
     float acc = 0.0f;
     for (long long k = threadIdx.x; k < (long long)B * Tq; k += blockDim.x) {
         const size_t row = ((size_t)(k / Tq) * Hq + h) * Tq + (size_t)(k % Tq); // (b, h, i)
-        acc = fmaf(expf(s - lse[row]), D[row], acc);                         // P_sink D
+        /* exercise: begin — sink_gradient_kernel: this thread's sum of P_sink D over its rows, P_sink = exp(s_h - lse) (check 10 --device cuda: dsinks.npy) | stub: acc += 0.0f * D[row] * s; */
+        acc = fmaf(expf(s - lse[row]), D[row], acc);
+        /* exercise: end */                         // P_sink D
     }
     acc = block_sum(acc, scratch);
     if (threadIdx.x == 0) {
@@ -481,7 +487,9 @@ __global__ void __launch_bounds__(T::NT, T::MINB) bwd_dkdv_kernel(BwdArgs a)
     const size_t q_row0 = (size_t)g * a.R, kv_row0 = (size_t)g * a.Tk + kv0;
     // The query tiles of the group that see K_j, in order; the ones above the diagonal (in every
     // query head of the group) are skipped.
+    /* exercise: begin — dK/dV kernel: the first query tile of the group with a row that sees K_j (check 10 --device cuda: no IO FAIL on the backward window cases) | stub: const int first = 0 * kv0; */
     const int first = next_tile_seeing(a.causal, 0, T::BR, a.R, kv0, rows_kv);
+    /* exercise: end */
 
     load_key_tile(sm, a, kv_row0, rows_kv, tid); // K_j, V_j: read once
     if (first < a.R)                             // Q_i, dO_i, lse_i, D_i of the first tile
