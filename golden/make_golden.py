@@ -257,6 +257,10 @@ CASES = [
     case("gqa3_window_sinks_d24_dv40_fwd", 415, B=1, Hq=3, Hkv=1, Tq=31, d=24, dv=40, window=10,
          sink_tokens=2, sinks=True, bwd=False,
          description="MQA + window + sink tokens + learned sinks, d=24 != dv=40, forward only"),
+    case("window_sinks_t512", 416, B=1, Hq=2, Hkv=1, Tq=512, d=32, window=16, sink_tokens=4,
+         sinks=True,
+         description="GQA 2 + window W=16 + S=4 + learned sinks over T=512: several key tiles, so a "
+                     "stage that walks only the sink tiles and the band reads less (stage 10's IO check)"),
     # --- bf16 on tensor cores (stage 12): head dims d = dv in {64, 128} ------------------------
     # Stage 12 runs only these head dims, so it needs cases of its own; the float32 stages run
     # them too. Tiles of the stage-12 kernels: 128 query rows forward, 64 backward, 64 keys.
