@@ -74,49 +74,6 @@ const char *attn_feature_added_by(unsigned feature)
     return "?";
 }
 
-/* ---- MLA inputs and output -------------------------------------------------------------------- */
-
-const char *mla_file_name(int id)
-{
-    static const char *const names[MLA_INPUT_COUNT + 1] = {
-        "x.npy", "ckv.npy", "kpe.npy", "w_dq.npy", "w_uq.npy", "w_qr.npy", "w_uk.npy", "w_uv.npy",
-        "w_o.npy", "y.npy"};
-    return id >= 0 && id <= MLA_INPUT_COUNT ? names[id] : "?";
-}
-
-static int shape_of(int64_t shape[4], int64_t a, int64_t b, int64_t c)
-{
-    shape[0] = a, shape[1] = b, shape[2] = c;
-    return c > 0 ? 3 : 2;
-}
-
-int mla_shape(const MlaProblem *p, int id, int64_t shape[4])
-{
-    switch (id) {
-    case MLA_X: return shape_of(shape, p->B, p->Tq, p->D);
-    case MLA_CKV: return shape_of(shape, p->B, p->Tk, p->m);
-    case MLA_KPE: return shape_of(shape, p->B, p->Tk, p->p);
-    case MLA_W_DQ: return shape_of(shape, p->D, p->mq, 0);
-    case MLA_W_UQ: return shape_of(shape, p->mq, p->H, p->dh);
-    case MLA_W_QR: return shape_of(shape, p->mq, p->H, p->p);
-    case MLA_W_UK: return shape_of(shape, p->m, p->H, p->dh);
-    case MLA_W_UV: return shape_of(shape, p->m, p->H, p->dv);
-    case MLA_W_O: return shape_of(shape, p->H, p->dv, p->D);
-    case MLA_INPUT_COUNT: return shape_of(shape, p->B, p->Tq, p->D); /* y */
-    default: return 0;
-    }
-}
-
-size_t mla_numel(const MlaProblem *p, int id)
-{
-    int64_t shape[4];
-    int ndim = mla_shape(p, id, shape);
-    size_t n = ndim > 0;
-    for (int i = 0; i < ndim; i++)
-        n *= (size_t)shape[i];
-    return n;
-}
-
 const char *device_name(Device device)
 {
     return device == DEVICE_CUDA ? "cuda" : "cpu";

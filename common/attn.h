@@ -60,7 +60,7 @@ enum {
     FEAT_WINDOW = 1u << 3,      /* sliding window                      (stage 10) */
     FEAT_SINK_TOKENS = 1u << 4, /* sink tokens                         (stage 10) */
     FEAT_SINKS = 1u << 5,       /* learned sink logits                 (stage 10) */
-    FEAT_MLA = 1u << 6,         /* an MLA case (MlaProblem below)       (stage 09) */
+    FEAT_MLA = 1u << 6,         /* an MLA case (kind_mla_stage.h)        (stage 09) */
     FEAT_PAGED = 1u << 7        /* a paged KV cache (page_size > 0)    (stage 11) */
 };
 #define FEAT_COUNT 8
@@ -121,34 +121,6 @@ typedef struct {
 typedef int (*AttnFn)(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err);
 typedef size_t (*WorkspaceFn)(const AttnProblem *p, const RunCtx *ctx, Direction dir);
 
-/* Multi-head latent attention (stage 09; docs/conventions.md "MLA cases"), one decoding or prefill
- * step of a DeepSeek-V2-style layer, float32, row-major:
- *   x    (B, Tq, D)   hidden states of the Tq new tokens
- *   ckv  (B, Tk, m)   latent KV cache, the new tokens' entries at the last Tq positions
- *   kpe  (B, Tk, p)   the RoPE part of the keys, shared by all heads, already rotated
- *   w_dq (D, mq)  w_uq (mq, H, dh)  w_qr (mq, H, p)  w_uk (m, H, dh)  w_uv (m, H, dv)  w_o (H, dv, D)
- *   y    (B, Tq, D)   the output
- * Query row i sits at position Tk - Tq + i (RoPE angle and bottom-right causal mask); the softmax
- * scale is 1 / sqrt(dh + p). Tq <= Tk. */
-typedef enum { MLA_X, MLA_CKV, MLA_KPE, MLA_W_DQ, MLA_W_UQ, MLA_W_QR, MLA_W_UK, MLA_W_UV, MLA_W_O,
-               MLA_INPUT_COUNT } MlaInput;
-
-typedef struct {
-    int B, Tq, Tk, D, mq, H, dh, m, p, dv;
-    int causal;
-    float rope_theta, scale;
-    const float *in[MLA_INPUT_COUNT]; /* indexed by MlaInput */
-} MlaProblem;
-
-/* File name ("ckv.npy") and shape of an input, or of the output y (id == MLA_INPUT_COUNT). */
-const char *mla_file_name(int id);
-int mla_shape(const MlaProblem *p, int id, int64_t shape[4]);
-size_t mla_numel(const MlaProblem *p, int id);
-
-/* Writes y (B, Tq, D); for a CUDA implementation every pointer is device memory. */
-typedef int (*MlaFn)(const MlaProblem *p, float *y, RunCtx *ctx, FlError *err);
-typedef size_t (*MlaWorkspaceFn)(const MlaProblem *p, const RunCtx *ctx);
-
 /* One implementation of one stage on one device (a stage may have several variants). */
 typedef struct {
     const char *stage;   /* "03" */
@@ -161,9 +133,10 @@ typedef struct {
     AttnFn backward;     /* NULL unless features has FEAT_BACKWARD */
     WorkspaceFn workspace_bytes; /* NULL = no scratch. This is the "extra memory" the tools report:
                                     bytes beyond inputs and outputs that live in (simulated) HBM. */
-    /* Stage 09 only (features FEAT_MLA; forward and backward NULL): the MLA step and its scratch. */
-    MlaFn mla_forward;
-    MlaWorkspaceFn mla_workspace_bytes;
+    /* A stage of another case kind (forward and backward NULL): the entry points that kind calls,
+       of a type the kind defines (stage 09: an MlaEntry, common/kind_mla_stage.h); NULL for
+       attention stages. */
+    const void *kind_entry;
     Precision precision; /* what it computes in; PRECISION_F32 (0) for stages 01–11 */
     int head_dims[2];    /* the head dims it runs, each with d = dv; {0, 0} = any */
 } StageImpl;

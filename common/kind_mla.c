@@ -21,6 +21,49 @@ typedef struct {
 
 static MlaCase *mla_of(const Case *c) { return (MlaCase *)c->kind_data; }
 
+/* ---- MLA inputs and output (kind_mla_stage.h) ---------------------------------------------------- */
+
+const char *mla_file_name(int id)
+{
+    static const char *const names[MLA_INPUT_COUNT + 1] = {
+        "x.npy", "ckv.npy", "kpe.npy", "w_dq.npy", "w_uq.npy", "w_qr.npy", "w_uk.npy", "w_uv.npy",
+        "w_o.npy", "y.npy"};
+    return id >= 0 && id <= MLA_INPUT_COUNT ? names[id] : "?";
+}
+
+static int shape_of(int64_t shape[4], int64_t a, int64_t b, int64_t c)
+{
+    shape[0] = a, shape[1] = b, shape[2] = c;
+    return c > 0 ? 3 : 2;
+}
+
+int mla_shape(const MlaProblem *p, int id, int64_t shape[4])
+{
+    switch (id) {
+    case MLA_X: return shape_of(shape, p->B, p->Tq, p->D);
+    case MLA_CKV: return shape_of(shape, p->B, p->Tk, p->m);
+    case MLA_KPE: return shape_of(shape, p->B, p->Tk, p->p);
+    case MLA_W_DQ: return shape_of(shape, p->D, p->mq, 0);
+    case MLA_W_UQ: return shape_of(shape, p->mq, p->H, p->dh);
+    case MLA_W_QR: return shape_of(shape, p->mq, p->H, p->p);
+    case MLA_W_UK: return shape_of(shape, p->m, p->H, p->dh);
+    case MLA_W_UV: return shape_of(shape, p->m, p->H, p->dv);
+    case MLA_W_O: return shape_of(shape, p->H, p->dv, p->D);
+    case MLA_INPUT_COUNT: return shape_of(shape, p->B, p->Tq, p->D); /* y */
+    default: return 0;
+    }
+}
+
+size_t mla_numel(const MlaProblem *p, int id)
+{
+    int64_t shape[4];
+    int ndim = mla_shape(p, id, shape);
+    size_t n = ndim > 0;
+    for (int i = 0; i < ndim; i++)
+        n *= (size_t)shape[i];
+    return n;
+}
+
 /* ---- loading ---------------------------------------------------------------------------------- */
 
 static int apply_option(Case *c, const char *path, const cJSON *item, FlError *err)
@@ -199,7 +242,9 @@ static int load(Case *c, int want_expected, FlError *err)
 
 /* ---- running ---------------------------------------------------------------------------------- */
 
-static int takes(const StageImpl *impl) { return impl->mla_forward != NULL; }
+static const MlaEntry *entry_of(const StageImpl *impl) { return (const MlaEntry *)impl->kind_entry; }
+
+static int takes(const StageImpl *impl) { return (impl->features & FEAT_MLA) && impl->kind_entry != NULL; }
 
 static Direction direction(const StageImpl *impl, const Case *c, int want)
 {
@@ -236,7 +281,7 @@ static int mla_step(const float *const *in, float *out, RunCtx *ctx, const void 
     MlaProblem p = *step->p;
     for (int id = 0; id < MLA_INPUT_COUNT; id++)
         p.in[id] = in[id];
-    return step->impl->mla_forward(&p, out, ctx, err);
+    return entry_of(step->impl)->forward(&p, out, ctx, err);
 }
 
 static RunnerStep runner_step(const MlaStep *m, float *y, const RunCtx *ctx)
@@ -252,7 +297,8 @@ static RunnerStep runner_step(const MlaStep *m, float *y, const RunCtx *ctx)
     s.out = y;
     s.out_numel = mla_numel(m->p, MLA_INPUT_COUNT);
     const RunCtx defaults = runner_ctx_defaults(ctx);
-    s.workspace_bytes = m->impl->mla_workspace_bytes ? m->impl->mla_workspace_bytes(m->p, &defaults) : 0;
+    const MlaEntry *e = entry_of(m->impl);
+    s.workspace_bytes = e->workspace_bytes ? e->workspace_bytes(m->p, &defaults) : 0;
     s.fn = mla_step;
     s.arg = m;
     return s;

@@ -4,6 +4,7 @@
 #define FLASHLAB_KIND_MLA_H
 
 #include "kind.h"
+#include "kind_mla_stage.h"
 
 #ifdef __cplusplus
 extern "C" {

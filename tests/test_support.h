@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "attn.h"
+#include "kind_mla_stage.h"
 #include "random.h"
 
 /* ---- checks -------------------------------------------------------------------------------- */

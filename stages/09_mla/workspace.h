@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "attn.h"
+#include "kind_mla_stage.h"
 
 /* Points slots[i] at consecutive slices of sizes[i] floats from base (NULL: only measures);
  * returns the bytes used. */

@@ -394,8 +394,6 @@ static const StageImpl decode = {
     .forward = decode_forward_cuda,
     .backward = NULL,
     .workspace_bytes = decode_workspace_bytes,
-    .mla_forward = NULL,
-    .mla_workspace_bytes = NULL,
 };
 
 extern "C" const StageImpl *const stage11_decode_cuda[] = {&decode, NULL};

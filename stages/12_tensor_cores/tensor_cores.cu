@@ -618,7 +618,6 @@ static const StageImpl tc_cuda = {
     tc_backward,
     tc_workspace_bytes,
     NULL,
-    NULL,
     PRECISION_BF16,
     {64, 128},
 };

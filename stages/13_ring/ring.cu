@@ -1475,7 +1475,6 @@ const StageImpl ring_cuda = {
     ring_backward,
     ring_workspace_bytes, /* one rank's ring buffers: two K/V shards, and D, dK/dV x 3 backward */
     nullptr,
-    nullptr,
     PRECISION_F32,
     {0, 0},
 };

@@ -6,6 +6,7 @@
 #define FLASHLAB_FUZZ_MLA_REF_H
 
 #include "attn.h"
+#include "kind_mla_stage.h"
 
 /* y (B, Tq, D) of p into y. 0, or -1 when out of memory. */
 int mla_reference(const MlaProblem *p, double *y);
