@@ -47,7 +47,7 @@ typedef struct {
  * (else 0), se = min(S, hi). Without the causal mask every row sees every key. */
 FL_HD static inline KeyRuns row_runs(Causal c, int row)
 {
-    /* exercise: begin — row_runs: the keys packed row `row` sees, as runs: hi = its position + 1 (at most Tk), lo = hi - W with a window (else 0), se = the sink tokens before hi; every key without the mask (check 10: the window* and sink_tokens* cases pass) | stub: KeyRuns k = {0, c.Tk + 0 * row, 0}; return k; */
+    /* exercise: begin — row_runs: the keys packed row `row` sees, as two runs: the window [lo, hi) with hi = its position + 1 clamped to [0, Tk] and lo = hi - W with a window (else 0), and the sink tokens [0, se) with se = min(S, hi); without the mask every key, [0, Tk) (check 10: o and lse of the causal*, window* and sink_tokens* cases) | stub: KeyRuns k = {0, c.Tk + 0 * row, 0}; return k; */
     const int hi = !c.on ? c.Tk : clamp_int(row % c.Tq + c.offset + 1, 0, c.Tk);
     const int lo = c.window > 0 ? clamp_int(hi - c.window, 0, c.Tk) : 0;
     KeyRuns k = {lo, hi, c.sink_tokens < hi ? c.sink_tokens : hi};
@@ -58,7 +58,7 @@ FL_HD static inline KeyRuns row_runs(Causal c, int row)
 /* Does a row with runs k see key `key`? */
 FL_HD static inline int sees(KeyRuns k, int key)
 {
-    /* exercise: begin — sees: a row with runs k sees a key before hi that is in the window run or among the sink tokens (check 10: the window cases with sink_tokens pass) | stub: return key < k.hi; */
+    /* exercise: begin — sees: does a row with runs k see `key`? Only keys before hi, and of those the ones in the window run or among the sink tokens (check 10: o and lse of the window* cases, window_sink_tokens among them) | stub: return key < k.hi; */
     return key < k.hi && (key >= k.lo || key < k.se);
     /* exercise: end */
 }
@@ -91,10 +91,12 @@ FL_HD static inline TileRuns tile_runs(Causal c, int r0, int rows)
  * to the band. */
 FL_HD static inline int next_key_tile(TileRuns t, int kv0, int tile)
 {
+    /* exercise: begin — next_key_tile: the start of the K/V tile the query tile's walk visits next, from kv0 on: kv0 itself while it is among the sink tokens some row sees (kv0 < far.se), else the band: the tile holding the lowest row's window start low.lo, or kv0 once past it; the tiles in between are never loaded (check 10: o and lse of every case, and window_sinks_t512 with no IO FAIL: its hbm read equals the reference's) | stub: (void)kv0, (void)tile; return t.far.hi; */
     if (kv0 < t.far.se)
         return kv0;
     const int band = t.low.lo / tile * tile;
     return kv0 > band ? kv0 : band;
+    /* exercise: end */
 }
 
 /* Does the pair (query tile t, keys [kv0, kv0 + n)) need the mask, i.e. may some row miss some
@@ -116,6 +118,7 @@ FL_HD static inline int next_tile_seeing(Causal c, int r0, int tile, int R, int 
 {
     if (!c.on)
         return r0;
+    /* exercise: begin — next_tile_seeing: the first query tile start >= r0 (steps of `tile` rows) with a row that sees a key of [kv0, kv0 + n), else R. Per head those rows are the positions [p_first, p_end), clamped to [0, Tq]: from the diagonal, p_first = kv0 - offset, to where the window stops reaching the tile, p_end = kv0 + n - 1 + W - offset (the head's end without a window or when the tile holds a sink token); the next such row is in r0's head or the next one (check 10: dq, dk and dv of the causal and window backward cases, and window_sinks_t512 with no IO FAIL) | stub: (void)tile, (void)kv0, (void)n; return R; */
     const int p_first = clamp_int(kv0 - c.offset, 0, c.Tq);
     const int p_end = c.window > 0 && kv0 >= c.sink_tokens
                           ? clamp_int(kv0 + n - 1 + c.window - c.offset, 0, c.Tq)
@@ -128,6 +131,7 @@ FL_HD static inline int next_tile_seeing(Causal c, int r0, int tile, int R, int 
         first = r0;
     const int t = first / tile * tile;
     return first >= R ? R : t > r0 ? t : r0;
+    /* exercise: end */
 }
 
 #endif

@@ -113,6 +113,7 @@ static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
  * probabilities (0): rows from i0, keys from j0. Fully visible tiles are left as they are. */
 static void mask_tile(Causal c, float *tile, size_t i0, size_t rows, size_t j0, size_t n, float value)
 {
+    /* exercise: begin — mask_tile: in a tile that crosses an edge of the mask (crosses, over the tile's runs), set each (row, key) pair whose key the row does not see (row_runs, sees) to `value`: -inf for scores, 0 for probabilities; leave a fully visible tile as it is (check 10: o and lse of the causal*, window* and sink_tokens* cases) | stub: (void)c, (void)tile, (void)i0, (void)rows, (void)j0, (void)n, (void)value; */
     if (!crosses(c, tile_runs(c, (int)i0, (int)rows), (int)j0, (int)n))
         return;
     for (size_t i = 0; i < rows; i++) {
@@ -121,6 +122,7 @@ static void mask_tile(Causal c, float *tile, size_t i0, size_t rows, size_t j0, 
             if (!sees(k, (int)(j0 + j)))
                 tile[i * n + j] = value;
     }
+    /* exercise: end */
 }
 
 /* The mask of a problem. */
@@ -246,8 +248,10 @@ static void fa2_block(const AttnProblem *p, const Head x, size_t i0, const Tiles
     const size_t rows = min_size(Br, R - i0); /* rows in block i; the last may be short */
     const Causal causal = mask_of(p);
     /* Keys up to the block's furthest row's position; the chunks past them are never loaded. */
+    /* exercise: begin — forward: the query block's runs (tile_runs over its rows) and Tk, where its K/V walk ends: the furthest row's last key, far.hi; the walk below starts at next_key_tile, and the chunks past Tk are never loaded (check 10: o and lse of every case, and no IO FAIL on causal_b2_t48_fwd and window_sinks_t512: their hbm read equals the reference's) | stub: const TileRuns tile = {{0, 0, 0}, {0, 0, 0}}; const size_t Tk = 0; */
     const TileRuns tile = tile_runs(causal, (int)i0, (int)rows);
     const size_t Tk = (size_t)tile.far.hi;
+    /* exercise: end */
 
     hbm_load(hbm, s->Q, x.q + i0 * d, rows * d); /* Q_i  (rows, d), read once */
     // Õ_i = 0, m_i = -inf, l_i = 0, in SRAM; with learned sinks the softmax starts from the row's
@@ -255,7 +259,7 @@ static void fa2_block(const AttnProblem *p, const Head x, size_t i0, const Tiles
     for (size_t i = 0; i < rows; i++) {
         for (size_t c = 0; c < dv; c++)
             s->O[i * dv + c] = 0.0f;
-        /* exercise: begin — forward: with learned sinks, row i's softmax starts from its head's sink logit as a score already seen, m_i = s_h and l_i = 1, adding nothing to O (check 10: o and lse of the *sinks* cases) | stub: s->m[i] = -INFINITY; s->l[i] = 0.0f; */
+        /* exercise: begin — forward: with learned sinks, row i's online softmax starts from its head's sink logit as a score already seen with a zero value row: m_i = s_h and l_i = 1 (m_i = -inf, l_i = 0 without sinks), so the sink joins l and lse but adds nothing to O (check 10: o and lse of the *sinks* cases) | stub: s->m[i] = -INFINITY; s->l[i] = 0.0f; */
         s->m[i] = x.sinks ? x.sinks[(i0 + i) / (size_t)p->Tq] : -INFINITY;
         s->l[i] = x.sinks ? 1.0f : 0.0f;
         /* exercise: end */
@@ -566,7 +570,7 @@ static void sink_gradient(const AttnProblem *p, const float *lse, const float *D
             const size_t bh = (size_t)b * p->Hq + (size_t)h;
             for (size_t i = 0; i < rows; i++) {
                 /* P_sink D; with sinks, lse >= s_h is finite (a row that sees no key has lse = s_h) */
-                /* exercise: begin — dsinks: add row (b, h, i)'s P_sink D, with P_sink = exp(s_h - lse) from the saved lse and D = rowsum(dO o O) (check 10: dsinks.npy of the backward cases with sinks) | stub: acc += 0.0 * D[bh * rows + i]; */
+                /* exercise: begin — dsinks: add row (b, h, i)'s P_sink D to acc, with P_sink = exp(s_h - lse) from the saved lse and D = rowsum(dO o O) from the workspace; the sum is negated below, dsinks[h] = -acc (check 10: dsinks.npy of the fwd+bwd cases with learned sinks) | stub: (void)lse; acc += 0.0 * D[bh * rows + i]; */
                 acc += exp((double)p->sinks[h] - lse[bh * rows + i]) * D[bh * rows + i];
                 /* exercise: end */
             }

@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
     // The K/V tiles holding a key some row sees: the sink tiles, then the band up to the
     // furthest row's last key (kv_end); the others are never loaded. None when no row sees a key.
     const TileRuns tile = tile_runs(a.causal, q0, rows_q);
-    /* exercise: begin — forward kernel: where the K/V walk starts (the first sink tile, else the band) and ends (the furthest row's last key) (check 10 --device cuda: no IO FAIL on the window cases) | stub: const int kv_end = a.Tk, kv_first = 0 * BC; */
+    /* exercise: begin — forward kernel: the K/V walk of this query tile: its first tile kv_first (next_key_tile from key 0: the first sink tile, else the band) and its end kv_end (the furthest row's last key, far.hi); no tile is loaded when kv_first >= kv_end (check 10 --device cuda: o and lse of every case, and the hbm read of window_sinks_t512 equals the reference's) | stub: const int kv_end = 0, kv_first = 0; */
     const int kv_end = tile.far.hi, kv_first = next_key_tile(tile, 0, BC);
     /* exercise: end */
     // A decode step fills only R of the Br rows (R = group with Tq = 1): the threads whose rows
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
 #pragma unroll
     for (int i = 0; i < TM; i++) {
         const size_t row = (size_t)g * a.R + q0 + rg + RG * i; // packed row, all kv heads
-        /* exercise: begin — forward kernel: each row starts from its sink logit (base 2: m = s_h log2 e), l = 1 counted once per row (column group 0) (check 10 --device cuda: the *sinks* cases) | stub: m[i] = ((void)row, -INFINITY); l[i] = 0.0f; */
+        /* exercise: begin — forward kernel: with learned sinks each real row (rg + RG i < rows_q) starts from its query head's sink logit, in base 2: m = s_h log2(e), and l = 1 held by the row's cg == 0 thread only (row_sum adds the threads' l); without sinks m = -inf, l = 0 (check 10 --device cuda: o and lse of the *sinks* cases) | stub: m[i] = ((void)row, -INFINITY); l[i] = 0.0f; */
         const bool sink = a.sinks && rg + RG * i < rows_q;
         m[i] = sink ? a.sinks[row / a.causal.Tq % a.Hq] * kLog2e : -INFINITY;
         l[i] = sink && cg == 0 ? 1.0f : 0.0f;
@@ -365,9 +365,9 @@ __global__ void sink_gradient_kernel(const float *sinks, const float *lse, const
     float acc = 0.0f;
     for (long long k = threadIdx.x; k < (long long)B * Tq; k += blockDim.x) {
         const size_t row = ((size_t)(k / Tq) * Hq + h) * Tq + (size_t)(k % Tq); // (b, h, i)
-        /* exercise: begin — sink_gradient_kernel: this thread's sum of P_sink D over its rows, P_sink = exp(s_h - lse) (check 10 --device cuda: dsinks.npy) | stub: acc += 0.0f * D[row] * s; */
-        acc = fmaf(expf(s - lse[row]), D[row], acc);
-        /* exercise: end */                         // P_sink D
+        /* exercise: begin — sink_gradient_kernel: add row (b, h, i)'s P_sink D to this thread's acc, P_sink = exp(s_h - lse); block_sum then adds the threads' shares in a fixed order (check 10 --device cuda: dsinks.npy of the fwd+bwd *sinks* cases) | stub: acc += 0.0f * D[row] * s; */
+        acc = fmaf(expf(s - lse[row]), D[row], acc);                         // P_sink D
+        /* exercise: end */
     }
     acc = block_sum(acc, scratch);
     if (threadIdx.x == 0) {
@@ -487,7 +487,7 @@ __global__ void __launch_bounds__(T::NT, T::MINB) bwd_dkdv_kernel(BwdArgs a)
     const size_t q_row0 = (size_t)g * a.R, kv_row0 = (size_t)g * a.Tk + kv0;
     // The query tiles of the group that see K_j, in order; the ones above the diagonal (in every
     // query head of the group) are skipped.
-    /* exercise: begin — dK/dV kernel: the first query tile of the group with a row that sees K_j (check 10 --device cuda: no IO FAIL on the backward window cases) | stub: const int first = 0 * kv0; */
+    /* exercise: begin — dK/dV kernel: first, the first query tile of the group with a row that sees a key of this K/V tile [kv0, kv0 + rows_kv) (next_tile_seeing from row 0), a.R when none does; the walk goes on from there (check 10 --device cuda: dk and dv of every fwd+bwd case, and the hbm read of window_sinks_t512 equals the reference's) | stub: const int first = a.R; */
     const int first = next_tile_seeing(a.causal, 0, T::BR, a.R, kv0, rows_kv);
     /* exercise: end */
 
