@@ -20,6 +20,8 @@
 #   CUDA_ARCH=90          architectures for CMAKE_CUDA_ARCHITECTURES (default: native)
 #   BUILD_DIR=build-gpu   build folder
 #   SKIP_TESTS=1 SKIP_SANITIZER=1 SKIP_TOUR=1 SKIP_BENCH=1 SKIP_SDPA=1   leave a part out
+#                         (SKIP_BENCH=1 leaves out every timing section: the decode, stage 12,
+#                         window, MLA and paged ones below too)
 #   BENCH_ONLY=1          only build + bench + SDPA + summary (a cheap timing iteration)
 #   BENCH_ARGS="--T 1024,4096 --reps 5"   extra flags for `flashlab bench` (and T/d/B/H for SDPA)
 #   BENCH_STAGES=05,06    only these stages in the bench (default: every CUDA stage)
@@ -51,6 +53,9 @@ REPS=${REPS:-10}
 BENCH_ARGS=${BENCH_ARGS:-}
 if [ "${BENCH_ONLY:-0}" = 1 ]; then
   SKIP_TESTS=1 SKIP_SANITIZER=1 SKIP_TOUR=1
+fi
+if [ "${SKIP_BENCH:-0}" = 1 ]; then # every timing section, not only the float32 sweep
+  SKIP_DECODE=1 SKIP_TC=1 SKIP_WINDOW=1 SKIP_MLA=1 SKIP_PAGED=1
 fi
 mkdir -p "$OUT"
 failed=()
