@@ -36,7 +36,7 @@ static uint64_t float_bytes(size_t n) { return (uint64_t)n * sizeof(float); }
  * lse = m + log l, the log of the softmax denominator. */
 static float softmax_row(float *s, size_t n)
 {
-    /* exercise: begin — the row softmax and its lse (see above) | stub: (void)s, (void)n; return 0.0f; */
+    /* exercise: begin — the row softmax and its lse (see above) (check 01: lse.npy of every case; o.npy once the two below are done) | stub: (void)s, (void)n; return 0.0f; */
     float m = -INFINITY;
     for (size_t j = 0; j < n; j++)
         m = fmaxf(m, s[j]);
@@ -72,7 +72,7 @@ static int naive_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlEr
     // Pass 1: S = Q K^T * scale   (Tq, Tk) per head
     for (size_t bh = 0; bh < heads; bh++) {
         const Head x = head_slices(p, t, bh);
-        /* exercise: begin — S = Q K^T * scale of head bh   (Tq, Tk) | stub: (void)x; */
+        /* exercise: begin — S = Q K^T * scale of head bh   (Tq, Tk) (check 01: o and lse of every case) | stub: (void)x; */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)Tq, (int)Tk, (int)d, p->scale,
                     x.q, (int)d, x.k, (int)d, 0.0f, S + bh * Tq * Tk, (int)Tk);
         /* exercise: end */
@@ -91,7 +91,7 @@ static int naive_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlEr
     // Pass 3: O = P V   (Tq, dv) per head
     for (size_t bh = 0; bh < heads; bh++) {
         const Head x = head_slices(p, t, bh);
-        /* exercise: begin — O = P V of head bh   (Tq, dv) | stub: (void)x; */
+        /* exercise: begin — O = P V of head bh   (Tq, dv) (check 01: o.npy of every case) | stub: (void)x; */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)Tq, (int)dv, (int)Tk, 1.0f,
                     S + bh * Tq * Tk, (int)Tk, x.v, (int)dv, 0.0f, x.o, (int)dv);
         /* exercise: end */

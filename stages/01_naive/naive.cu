@@ -60,7 +60,7 @@ static __global__ void softmax_rows_kernel(float *S, float *lse, int Tk,
     l = l_part[0];
 
     // pass 2: P = exp(S - m) / l, in place
-    /* exercise: begin — P = exp(S - m) / l in place */
+    /* exercise: begin — P = exp(S - m) / l in place (check 01 --device cuda: o and lse) */
     const float inv_l = 1.0f / l;
     for (int j = threadIdx.x; j < Tk; j += blockDim.x)
         s[j] = expf(s[j] - m) * inv_l;
@@ -100,7 +100,7 @@ static int naive_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlEr
     const float zero = 0.0f, one = 1.0f, scale = p->scale;
 
     // S = scale * Q K^T   (Tq, Tk) per head
-    /* exercise: begin — S = scale Q K^T, every head in one batched GEMM | stub: (void)scale; */
+    /* exercise: begin — S = scale Q K^T, every head in one batched GEMM (check 01 --device cuda: o and lse) | stub: (void)scale; */
     rc = fl_cublas_status(cublasSgemmStridedBatched(handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)Tk, (int)Tq, (int)d,
                                                  &scale, p->k, (int)d, Tk * d, p->q, (int)d, Tq * d,
                                                  &zero, S, (int)Tk, Tq * Tk, batch),
@@ -119,7 +119,7 @@ static int naive_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlEr
         return rc;
 
     // O = P V   (Tq, dv) per head
-    /* exercise: begin — O = P V, every head in one batched GEMM | stub: (void)one, (void)zero; */
+    /* exercise: begin — O = P V, every head in one batched GEMM (check 01 --device cuda: o.npy) | stub: (void)one, (void)zero; */
     rc = fl_cublas_status(cublasSgemmStridedBatched(handle, CUBLAS_OP_N, CUBLAS_OP_N, (int)dv, (int)Tq, (int)Tk,
                                                  &one, p->v, (int)dv, Tk * dv, S, (int)Tk, Tq * Tk,
                                                  &zero, t->o, (int)dv, Tq * dv, batch),

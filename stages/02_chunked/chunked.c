@@ -79,7 +79,7 @@ static void online_softmax_row(float *a, size_t n, float *m, float *l, float *al
     float m_new = *m;
     for (size_t j = 0; j < n; j++)
         m_new = fmaxf(m_new, a[j]);
-    /* exercise: begin — the online update of a, alpha, m and l | stub: *alpha = 0.0f; */
+    /* exercise: begin — the online update of a, alpha, m and l (check 02: lse.npy of every case, then o.npy) | stub: *alpha = 0.0f; */
     float row_sum = 0.0f;
     for (size_t j = 0; j < n; j++) {
         a[j] = expf(a[j] - m_new);
@@ -134,7 +134,7 @@ static void chunked_head(const AttnProblem *p, const Head x, const Scratch s, si
         hbm_count_write(hbm, float_bytes(Tq * n) + float_bytes(3 * Tq)); /* P~, m, l, alpha */
 
         // O = alpha O + P~ V_j   (Tq, dv)
-        /* exercise: begin — O = alpha O + P~ V_j   (Tq, dv) */
+        /* exercise: begin — O = alpha O + P~ V_j   (Tq, dv) (check 02: o.npy of every case) */
         for (size_t i = 0; i < Tq; i++)
             for (size_t c = 0; c < dv; c++)
                 x.o[i * dv + c] *= s.alpha[i];

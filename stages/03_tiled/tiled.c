@@ -157,7 +157,7 @@ static void tiled_head(const AttnProblem *p, const Head x, const RowStats r, con
 
         for (size_t i0 = 0; i0 < Tq; i0 += Br) {
             const size_t rows = min_size(Br, Tq - i0); /* rows in block i; the last may be short */
-            /* exercise: begin — the tile in SRAM: load, S, softmax, O_i, store, lse_i | stub: (void)rows, (void)last_chunk; */
+            /* exercise: begin — the tile in SRAM: load, S, softmax, O_i, store, lse_i (check 03: o and lse of every case, and hbm: lines equal to the reference's) | stub: (void)rows, (void)last_chunk; */
             hbm_load(hbm, s->Q, x.q + i0 * d, rows * d);   /* Q_i  (rows, d) */
             hbm_load(hbm, s->O, x.o + i0 * dv, rows * dv); /* O_i  (rows, dv) */
             hbm_load(hbm, s->m, r.m + i0, rows);           /* m_i  (rows) */

@@ -174,7 +174,7 @@ flash_chunk_kernel(ChunkArgs a)
         const size_t grow = q_row0 + r;                      // row within (B*Hq*Tq)
         const float m_old = valid ? a.m[grow] : -INFINITY;
         const float l_old = valid ? a.l[grow] : 0.0f;
-        /* exercise: begin — merge the tile into m_i, l_i: c_old, c_new; write m, l, lse | stub: c_old[rr] = c_new[rr] = 0.0f; */
+        /* exercise: begin — merge the tile into m_i, l_i: c_old, c_new; write m, l, lse (check 04 --device cuda: lse.npy, then o.npy) | stub: c_old[rr] = c_new[rr] = 0.0f; */
         const float m_new = fmaxf(m_old, m_tile);
         const float alpha = expf(m_old - m_new);             // 0 on the first chunk (m_old = -inf)
         const float beta = expf(m_tile - m_new);
@@ -216,7 +216,7 @@ flash_chunk_kernel(ChunkArgs a)
     for (int rr = 0; rr < ROWS_PER_WARP; rr++) {
         if (r0 + rr >= rows)
             break;
-        /* exercise: begin — O_i = c_old O_i + c_new P~ V_j, this lane's columns of row rr */
+        /* exercise: begin — O_i = c_old O_i + c_new P~ V_j, this lane's columns of row rr (check 04 --device cuda: o.npy) */
         float *o_row = a.o + (q_row0 + r0 + rr) * dv;
 #pragma unroll
         for (int u = 0; u < COLS_PER_LANE; u++) {

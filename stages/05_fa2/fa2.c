@@ -112,7 +112,7 @@ static void online_softmax_row(float *a, size_t n, float *m, float *l, float *al
         a[j] = expf(a[j] - m_new);
         row_sum += a[j];
     }
-    /* exercise: begin — alpha, l and m, without normalising | stub: *alpha = 1.0f; */
+    /* exercise: begin — alpha, l and m, without normalising (check 05: lse.npy of every case) | stub: *alpha = 1.0f; */
     *alpha = expf(*m - m_new); /* exp(-inf) = 0 on the first chunk */
     *l = *l * *alpha + row_sum;
     *m = m_new;
@@ -157,7 +157,7 @@ static void fa2_block(const AttnProblem *p, const Head x, size_t i0, const Tiles
     }
 
     // One rescale: O_i = Õ_i / l_i, lse_i = m_i + log l_i; both written once
-    /* exercise: begin — the one rescale: O_i = Õ_i / l_i, lse_i = m_i + log l_i */
+    /* exercise: begin — the one rescale: O_i = Õ_i / l_i, lse_i = m_i + log l_i (check 05: o.npy, and hbm written equal to the reference's) */
     for (size_t i = 0; i < rows; i++) {
         const float inv_l = 1.0f / s->l[i];
         for (size_t c = 0; c < dv; c++)

@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
                 mx = fmaxf(mx, x);
             }
             mx = row_max<CG>(mx);
-            /* exercise: begin — the online softmax of row i (base 2): P, l, m, Õ rescaled */
+            /* exercise: begin — the online softmax of row i (base 2): P, l, m, Õ rescaled (check 05 --device cuda: lse.npy, then o.npy) */
             const float m_new = fmaxf(m[i], mx); // finite: every tile has >= 1 real column
             const float alpha = exp2f(m[i] - m_new);
             float rowsum = 0.0f;
@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
         const int row = rg + RG * i;
         if (row >= rows_q)
             continue;
-        /* exercise: begin — O = Õ / l and lse, written once */
+        /* exercise: begin — O = Õ / l and lse, written once (check 05 --device cuda: o.npy and lse.npy) */
         store_row<OQ, CG>(a.o + ((size_t)bh * a.Tq + q0 + row) * a.dv, o[i], 1.0f / l[i], a.dv,
                           a.vec_o, cg);
         if (cg == 0)

@@ -352,7 +352,7 @@ static void rowsum_dO_O(const AttnProblem *p, const Head x, float *D, const RowS
         hbm_load(hbm, s->O, x.o + i0 * dv, rows * dv);     /* O_i  (rows, dv) */
         hbm_load(hbm, s->dO, x.dout + i0 * dv, rows * dv); /* dO_i (rows, dv) */
         // D_i = rowsum(dO_i ∘ O_i)   (rows)
-        /* exercise: begin — D_i = rowsum(dO_i ∘ O_i)   (rows) */
+        /* exercise: begin — D_i = rowsum(dO_i ∘ O_i)   (rows) (check 06: dq and dk of the backward cases; dv does not use D) */
         for (size_t i = 0; i < rows; i++)
             s->D[i] = row_dot(s->dO + i * dv, s->O + i * dv, dv);
         /* exercise: end */
@@ -370,7 +370,7 @@ static void grad_tile(const AttnProblem *p, const Head x, const float *D, size_t
     hbm_load(hbm, s->lse, x.lse + i0, rows);            /* lse_i (rows) */
     hbm_load(hbm, s->D, D + i0, rows);                  /* D_i   (rows) */
 
-    /* exercise: begin — the tile: P from lse, dV_j, dS, dK_j, dQ_i (see above) */
+    /* exercise: begin — the tile: P from lse, dV_j, dS, dK_j, dQ_i (see above) (check 06: dq, dk and dv of the backward cases) */
     // S - lse_i = Q_i K_j^T * scale - lse_i   (rows, n): the GEMM adds onto rows preset to -lse_i
     for (size_t i = 0; i < rows; i++)
         fill_row(s->P + i * n, n, log_p_shift(s->lse[i]));

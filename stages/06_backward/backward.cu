@@ -281,7 +281,7 @@ __global__ void bwd_d_kernel(const float *dout, const float *o, float *D, long l
     const int lane = threadIdx.x % 32;
     if (row >= rows)
         return;
-    /* exercise: begin — acc = rowsum(dO ∘ O) of the row, over the warp | stub: float acc = 0.0f; */
+    /* exercise: begin — acc = rowsum(dO ∘ O) of the row, over the warp (check 06 --device cuda: dq and dk of the backward cases) | stub: float acc = 0.0f; */
     float acc = 0.0f;
     for (int c = lane; c < dv; c += 32)
         acc = fmaf(dout[row * dv + c], o[row * dv + c], acc);
@@ -362,7 +362,7 @@ __device__ __forceinline__ void ds_from_p(const BwdSmem<T> &sm, int srg, int scg
 #pragma unroll
         for (int j = 0; j < T::STN; j++) {
             const int c = scg + T::SCG * j;
-            /* exercise: begin — dS = P ∘ (dP - D) | stub: const float ds = 0.0f * Dr; */
+            /* exercise: begin — dS = P ∘ (dP - D) (check 06 --device cuda: dq and dk) | stub: const float ds = 0.0f * Dr; */
             const float ds = sm.PTs[c * T::PTS + r] * (dp[i][j] - Dr); // dS = P ∘ (dP - D)
             /* exercise: end */
             if (STORE_T)

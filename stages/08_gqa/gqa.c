@@ -70,7 +70,7 @@
 /* Rows that read one kv head: its group's query heads, stacked (R = group * Tq). */
 static size_t packed_rows(const AttnProblem *p)
 {
-    /* exercise: begin — R, the rows that read one kv head | stub: return (size_t)p->Tq; */
+    /* exercise: begin — R, the rows that read one kv head (check 08: the gqa* and mqa* cases, and hbm read of gqa2_causal_decode equal to the reference's) | stub: return (size_t)p->Tq; */
     return (size_t)(p->Hq / p->Hkv) * p->Tq;
     /* exercise: end */
 }

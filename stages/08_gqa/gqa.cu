@@ -613,7 +613,7 @@ static Fa2Args fa2_args(const AttnProblem *p, AttnTensors *t, const RunCtx *ctx)
 {
     Fa2Args a;
     a.q = p->q, a.k = p->k, a.v = p->v, a.o = t->o, a.lse = t->lse;
-    /* exercise: begin — a.R: the packed rows per kv head | stub: a.R = p->Tq, a.Tk = p->Tk, a.d = p->d, a.dv = p->dv; */
+    /* exercise: begin — a.R: the packed rows per kv head (check 08 --device cuda: o and lse of the gqa* and mqa* cases) | stub: a.R = p->Tq, a.Tk = p->Tk, a.d = p->d, a.dv = p->dv; */
     a.R = p->Hq / p->Hkv * p->Tq, a.Tk = p->Tk, a.d = p->d, a.dv = p->dv;
     /* exercise: end */
     a.causal = causal_make(p->causal, p->Tq, p->Tk);
@@ -661,7 +661,7 @@ static BwdArgs bwd_args(const AttnProblem *p, AttnTensors *t, const RunCtx *ctx)
     BwdArgs a;
     a.q = p->q, a.k = p->k, a.v = p->v, a.o = t->o, a.lse = t->lse, a.dO = p->dout;
     a.dQ = t->dq, a.dK = t->dk, a.dV = t->dv, a.D = (float *)ctx->workspace;
-    /* exercise: begin — a.R, as in fa2_args | stub: a.R = p->Tq, a.Tk = p->Tk, a.d = p->d, a.dv = p->dv; */
+    /* exercise: begin — a.R, as in fa2_args (check 08 --device cuda: dq, dk and dv of the gqa* backward cases) | stub: a.R = p->Tq, a.Tk = p->Tk, a.d = p->d, a.dv = p->dv; */
     a.R = p->Hq / p->Hkv * p->Tq, a.Tk = p->Tk, a.d = p->d, a.dv = p->dv;
     /* exercise: end */
     a.causal = causal_make(p->causal, p->Tq, p->Tk);

@@ -35,7 +35,7 @@ static inline Causal causal_make(int on, int Tq, int Tk)
 /* How many keys (from key 0) packed row `row` sees: keys j <= row % Tq + offset, at most Tk. */
 FL_HD static inline int keys_seen(Causal c, int row)
 {
-    /* exercise: begin — the keys packed row `row` sees | stub: return c.Tk + 0 * row; */
+    /* exercise: begin — the keys packed row `row` sees (check 08: the causal gqa* cases, e.g. gqa4_causal_tq3_tk40) | stub: return c.Tk + 0 * row; */
     const int n = row % c.Tq + c.offset + 1;
     return !c.on ? c.Tk : n <= 0 ? 0 : n < c.Tk ? n : c.Tk;
     /* exercise: end */

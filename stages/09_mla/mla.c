@@ -153,7 +153,7 @@ static int naive_forward(const MlaProblem *p, float *y, RunCtx *ctx, FlError *er
 /* q_lat_h = q_nope_h W_uk_h^T   (N, m) per head: W_uk_h is w_uk[:, h, :], (m, dh) with row stride H dh. */
 static void absorb_w_uk(const MlaProblem *p, const float *q_nope, float *q_lat, HbmCounter *hbm)
 {
-    /* exercise: begin — q_lat_h = q_nope_h W_uk_h^T, every head | stub: (void)p, (void)q_nope, (void)q_lat, (void)hbm; */
+    /* exercise: begin — q_lat_h = q_nope_h W_uk_h^T, every head (check 09: y.npy of every mla_* case) | stub: (void)p, (void)q_nope, (void)q_lat, (void)hbm; */
     const size_t N = (size_t)p->B * p->Tq, H = p->H, dh = p->dh, m = p->m;
     for (size_t h = 0; h < H; h++)
         gemm_counted(hbm, N, m, dh, q_nope + h * dh, H * dh, 1, p->in[MLA_W_UK] + h * dh, H * dh,
@@ -164,7 +164,7 @@ static void absorb_w_uk(const MlaProblem *p, const float *q_nope, float *q_lat, 
 /* o_h = o_lat_h W_uv_h   (N, dv) per head: W_uv_h is w_uv[:, h, :], (m, dv) with row stride H dv. */
 static void absorb_w_uv(const MlaProblem *p, const float *o_lat, float *o, HbmCounter *hbm)
 {
-    /* exercise: begin — o_h = o_lat_h W_uv_h, every head | stub: (void)p, (void)o_lat, (void)o, (void)hbm; */
+    /* exercise: begin — o_h = o_lat_h W_uv_h, every head (check 09: y.npy of every mla_* case) | stub: (void)p, (void)o_lat, (void)o, (void)hbm; */
     const size_t N = (size_t)p->B * p->Tq, H = p->H, dv = p->dv, m = p->m;
     for (size_t h = 0; h < H; h++)
         gemm_counted(hbm, N, dv, m, o_lat + h * m, H * m, 0, p->in[MLA_W_UV] + h * dv, H * dv, o + h * dv,

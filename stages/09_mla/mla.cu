@@ -282,7 +282,7 @@ int absorbed_forward(const MlaProblem *p, float *y, RunCtx *ctx, FlError *err)
     const int N = p->B * p->Tq, H = p->H, m = p->m, dh = p->dh, dv = p->dv;
     rc = project_queries(hd, p, w.c_q, w.q_nope, w.q_pe, hbm, err);
     // q_lat_h = q_nope_h W_uk_h^T for every head h: a batch of H products, (N, dh) (dh, m)
-    /* exercise: begin — q_lat = q_nope W_uk^T, one batched GEMM */
+    /* exercise: begin — q_lat = q_nope W_uk^T, one batched GEMM (check 09 --device cuda: y.npy) */
     if (rc == FL_OK)
         rc = gemm_counted(hd, N, m, dh, RmOperand{w.q_nope, H * dh, dh, 0},
                           RmOperand{p->in[MLA_W_UK], H * dh, dh, 1}, w.q_lat, H * m, m, H, hbm,
@@ -291,7 +291,7 @@ int absorbed_forward(const MlaProblem *p, float *y, RunCtx *ctx, FlError *err)
     if (rc == FL_OK)
         rc = latent_attention(p, w, hbm, err);
     // o_h = o_lat_h W_uv_h: a batch of H products, (N, m) (m, dv)
-    /* exercise: begin — o = o_lat W_uv, one batched GEMM */
+    /* exercise: begin — o = o_lat W_uv, one batched GEMM (check 09 --device cuda: y.npy) */
     if (rc == FL_OK)
         rc = gemm_counted(hd, N, dv, m, RmOperand{w.o_lat, H * m, m, 0}, RmOperand{p->in[MLA_W_UV], H * dv, dv, 0},
                           w.o, H * dv, dv, H, hbm, "o = o_lat W_uv", err);

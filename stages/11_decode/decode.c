@@ -250,7 +250,7 @@ static void split_block(const AttnProblem *p, size_t g, size_t i0, int split, co
     // (l = 0) gives O_s = 0 and lse_s = -inf, which carries no weight in the combine. A row that
     // sees no key at all gets O_s = 0 even when a NaN sink logit made Õ NaN (the sink adds
     // nothing to O).
-    /* exercise: begin — the split's partial: O_s = Õ / l, lse_s = m + log l (see above) */
+    /* exercise: begin — the split's partial: O_s = Õ / l, lse_s = m + log l (see above) (check 11 --splits 3: o and lse of every case) */
     for (size_t i = 0; i < rows; i++) {
         const int empty = s->l[i] == 0.0f;
         const int sees_none = visible_count(row_runs(causal, (int)(i0 + i))) == 0;
@@ -273,7 +273,7 @@ static void combine(const AttnProblem *p, const Plan *plan, AttnTensors *t, int 
     const int splits = plan->splits;
 #pragma omp parallel for num_threads(workers) schedule(static)
     for (long row = 0; row < (long)n; row++) {
-        /* exercise: begin — the lse merge of the row: lse = log sum_s exp(lse_s), O = sum_s exp(lse_s - lse) O_s */
+        /* exercise: begin — the lse merge of the row: lse = log sum_s exp(lse_s), O = sum_s exp(lse_s - lse) O_s (check 11 --splits 3: o and lse of every case) */
         float m = -INFINITY;
         for (int s = 0; s < splits; s++)
             m = fmaxf(m, plan->out_lse[(size_t)s * n + (size_t)row]);

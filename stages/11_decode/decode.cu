@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(T::NT) split_kernel(DecodeArgs a)
         if (r >= rows)
             continue;
         const size_t row = (size_t)split * rows_total + (size_t)g * a.R + i0 + r; // packed = o's order
-        /* exercise: begin — the chunk's partial O_s and lse_s of row r (see above) | stub: (void)row; */
+        /* exercise: begin — the chunk's partial O_s and lse_s of row r (see above) (check 11 --device cuda --splits 3: o and lse) | stub: (void)row; */
         const float inv_l = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
 #pragma unroll
         for (int q = 0; q < CPL; q++)
@@ -252,7 +252,7 @@ __global__ void combine_kernel(const float *part_o, const float *part_lse, float
     }
     if (row >= rows)
         return;
-    /* exercise: begin — the lse merge of the row over the splits, one warp */
+    /* exercise: begin — the lse merge of the row over the splits, one warp (check 11 --device cuda --splits 3: o and lse) */
     float m = -INFINITY;
     for (int s = lane; s < splits; s += 32)
         m = fmaxf(m, part_lse[(size_t)s * rows + row]);

@@ -194,7 +194,7 @@ static void fwd_row_tile(const AttnProblem *p, const FwdTiles *t, int r, int i, 
     t->l[r] = alpha * t->l[r] + row_sum;
     // O = alpha O + bf16(P) V16   (dv), the sum over the keys the row sees in float32 (the masked
     // keys' P is 0 and adds nothing, but 0 · NaN would bring in a NaN value the row does not see)
-    /* exercise: begin — O = alpha O + bf16(P) V16: rescale, then add the tile's keys with P rounded to bf16 | stub: (void)add_scaled; */
+    /* exercise: begin — O = alpha O + bf16(P) V16: rescale, then add the tile's keys with P rounded to bf16 (check 12: o and lse of the tc_* cases at the bf16 tolerance) | stub: (void)add_scaled; */
     for (int c = 0; c < dv; c++)
         O[c] *= alpha;
     for (int j = 0; j < seen; j++)
@@ -354,7 +354,7 @@ static void bwd_tile(const AttnProblem *p, AttnTensors *out, const float *D, con
         // dP = dO16 V16^T, then dS = P ∘ (dP - D) with the unrounded P
         row_times_tile(dS, t->dO + (size_t)r * dv, t->Vt, dv, n);
         const float Di = TC_PLANTED_BUG == 2 ? 0.0f : D[row0 + r];
-        /* exercise: begin — dS = P ∘ (dP - D), row r (dS holds dP here) | stub: (void)Di; */
+        /* exercise: begin — dS = P ∘ (dP - D), row r (dS holds dP here) (check 12: dq and dk of the tc_* backward cases) | stub: (void)Di; */
         for (int j = 0; j < n; j++)
             dS[j] = P[j] * (dS[j] - Di);
         /* exercise: end */

@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(FwdTile<D>::NT) tc_forward_kernel(TcArgs a)
                 }
             l[rr] = l[rr] * alpha + rowsum; // P summed in float32, before rounding
             m[rr] = m_new;
-            /* exercise: begin — rescale this lane's row rr of Õ by alpha */
+            /* exercise: begin — rescale this lane's row rr of Õ by alpha (check 12 --device cuda: o.npy of the tc_* cases) */
 #pragma unroll
             for (int n = 0; n < T::NO; n++) {
                 o[n][2 * rr] *= alpha;
@@ -416,7 +416,7 @@ __global__ void __launch_bounds__(BwdTile<D>::NT) tc_backward_kernel(TcArgs a)
                     if (masked && hidden(a, q0 + c, key[e >> 1]))
                         p = 0.0f;
                     s[n][e] = p;
-                    /* exercise: begin — dS^T = P^T ∘ (dP^T - D) for element e of tile n | stub: dp[n][e] = 0.0f; */
+                    /* exercise: begin — dS^T = P^T ∘ (dP^T - D) for element e of tile n (check 12 --device cuda: dq and dk) | stub: dp[n][e] = 0.0f; */
                     dp[n][e] = p * (dp[n][e] - Di[c]);
                     /* exercise: end */
                 }

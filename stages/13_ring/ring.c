@@ -241,7 +241,7 @@ static void merge_rows(const Tiles *s, size_t rows, size_t dv, float *o, float *
 {
     hbm_load(hbm, s->acc, o, rows * dv);
     hbm_load(hbm, s->lse_acc, lse, rows);
-    /* exercise: begin — merge row i: lse = log(exp(lse_acc) + exp(lse_s)), acc = the weighted sum of acc and O_s */
+    /* exercise: begin — merge row i: lse = log(exp(lse_acc) + exp(lse_s)), acc = the weighted sum of acc and O_s (check 13 --ranks 2: o and lse of every case) */
     for (size_t i = 0; i < rows; i++) {
         const float a = s->lse_acc[i], b = s->lse[i];
         const float hi = fmaxf(a, b), ref = hi == -INFINITY ? 0.0f : hi; /* neither saw a key: shift by 0 */
@@ -379,7 +379,7 @@ static void grad_tile(const AttnProblem *p, size_t i0, size_t rows, size_t j0, s
                     1.0f, s->dV, dv);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)n, dv, 1.0f, s->dO, dv, s->V, dv, 0.0f,
                 s->dP, (int)n);
-    /* exercise: begin — dS = P ∘ (dP - D), in place of P */
+    /* exercise: begin — dS = P ∘ (dP - D), in place of P (check 13 --ranks 2: dq and dk of the backward cases) */
     for (size_t i = 0; i < rows; i++)
         for (size_t j = 0; j < n; j++)
             s->P[i * n + j] *= s->dP[i * n + j] - s->D[i];

@@ -294,7 +294,7 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB) step_for
         if (row < rows_q) {
             // This step's part: lse_s over the shard's keys (-inf when the row saw none of them).
             const float lse_s = l[i] == 0.0f ? -INFINITY : (m[i] + log2f(l[i])) * kLn2;
-            /* exercise: begin — merge the step into the row: total = log(exp(lse_acc) + exp(lse_s)), and the weights w_acc of the row so far and w_s of O_s | stub: const float total = lse_s, w_acc = 0.0f, w_s = 0.0f; */
+            /* exercise: begin — merge the step into the row: total = log(exp(lse_acc) + exp(lse_s)), and the weights w_acc of the row so far and w_s of O_s (check 13 --device cuda: o and lse) | stub: const float total = lse_s, w_acc = 0.0f, w_s = 0.0f; */
             const float hi = fmaxf(lse_acc[i], lse_s);
             const float total = hi == -INFINITY ? -INFINITY : hi + logf(expf(lse_acc[i] - hi) + expf(lse_s - hi));
             const float w_acc = total == -INFINITY ? 0.0f : expf(lse_acc[i] - total);
@@ -499,7 +499,7 @@ __device__ __forceinline__ void ds_from_p(const BwdSmem<T> &sm, int srg, int scg
 #pragma unroll
         for (int j = 0; j < T::STN; j++) {
             const int col = scg + T::SCG * j;
-            /* exercise: begin — dS = P ∘ (dP - D) | stub: const float ds = sm.PTs[col * T::PTS + r] * dp[i][j] + 0.0f * Dr; */
+            /* exercise: begin — dS = P ∘ (dP - D) (check 13 --device cuda: dq and dk) | stub: const float ds = sm.PTs[col * T::PTS + r] * dp[i][j] + 0.0f * Dr; */
             const float ds = sm.PTs[col * T::PTS + r] * (dp[i][j] - Dr);
             /* exercise: end */
             sm.dSTs[col * T::PTS + r] = ds;
