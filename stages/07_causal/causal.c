@@ -91,7 +91,7 @@ static void mask_tile(Causal c, float *tile, size_t i0, size_t rows, size_t j0, 
 {
     if (!crosses(c, (int)i0, (int)j0, (int)n))
         return;
-    /* exercise: begin — mask_tile: in a crossing tile, set each row's keys past the ones it sees to `value` (-inf for scores, 0 for probabilities) (check 07: o and lse of every causal_* case) | stub: (void)value, (void)rows; */
+    /* exercise: begin — mask_tile: in a crossing tile, set each row's keys past the ones it sees to `value` (-inf for scores, 0 for probabilities) (check 07: o and lse of every causal_* case) | stub: (void)tile, (void)rows, (void)value; */
     for (size_t i = 0; i < rows; i++)
         for (size_t j = (size_t)seen_in_tile(c, (int)(i0 + i), (int)j0, (int)n); j < n; j++)
             tile[i * n + j] = value;
