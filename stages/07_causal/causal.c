@@ -253,7 +253,7 @@ static void fa2_block(const AttnProblem *p, const Head x, size_t i0, const Tiles
     // One rescale: O_i = Õ_i / l_i, lse_i = m_i + log l_i; both written once. A row that saw no
     // key (l = 0) gets O = 0 and lse = -inf.
     for (size_t i = 0; i < rows; i++) {
-        /* exercise: begin — the one rescale of row i: O_i = Õ_i / l_i and lse_i = m_i + log l_i, but a row that saw no key (l = 0) gets O = 0 and lse = -inf (check 07: causal_tq_gt_tk, whose first rows see no key) | stub: for (size_t c = 0; c < dv; c++) s->O[i * dv + c] /= s->l[i]; s->lse[i] = s->m[i] + logf(s->l[i]); */
+        /* exercise: begin — the one rescale of row i: O_i = Õ_i / l_i and lse_i = m_i + log l_i, but a row that saw no key (l = 0) gets O = 0 and lse = -inf (check 07: causal_tq_gt_tk, whose first rows see no key) | stub: s->lse[i] = s->m[i] + logf(s->l[i]); for (size_t c = 0; c < dv; c++) s->O[i * dv + c] /= s->l[i]; */
         const int empty = s->l[i] == 0.0f;
         const float inv_l = empty ? 0.0f : 1.0f / s->l[i];
         for (size_t c = 0; c < dv; c++)
@@ -500,7 +500,7 @@ static void grad_head(const AttnProblem *p, const Head x, float *D, const GradTi
         memset(s->dK, 0, n * d * sizeof(float));
         memset(s->dV, 0, n * dv * sizeof(float));
         // Q blocks from the first one that sees K_j; the ones above the diagonal are skipped
-        /* exercise: begin — backward: walk the Q blocks from the first one with a row that sees K_j; those above the diagonal are skipped (check 07: no IO FAIL on the fwd+bwd causal cases) | stub: for (size_t i0 = 0; i0 < Tq; i0 += Br) grad_tile(p, x, D, i0, min_size(Br, Tq - i0), j0, n, s, hbm); */
+        /* exercise: begin — backward: walk the Q blocks from the first one with a row that sees K_j; those above the diagonal are skipped (check 07: no IO FAIL on the fwd+bwd causal cases) | stub: for (size_t i0 = 0 * (size_t)causal.on; i0 < Tq; i0 += Br) grad_tile(p, x, D, i0, min_size(Br, Tq - i0), j0, n, s, hbm); */
         for (size_t i0 = (size_t)first_row_seeing(causal, (int)j0) / Br * Br; i0 < Tq; i0 += Br)
             grad_tile(p, x, D, i0, min_size(Br, Tq - i0), j0, n, s, hbm);
         /* exercise: end */

@@ -38,7 +38,7 @@ FL_HD static inline int keys_seen(Causal c, int row)
 /* The first query row that sees key `key`: the rows before it lie above the diagonal. */
 FL_HD static inline int first_row_seeing(Causal c, int key)
 {
-    /* exercise: begin — first_row_seeing: the first query row that sees key `key` (0 without the mask); the backward starts its Q walk there (check 07: the hbm read of the fwd+bwd cases equals the reference's) | stub: return 0 * key; */
+    /* exercise: begin — first_row_seeing: the first query row that sees key `key` (0 without the mask); the backward starts its Q walk there (check 07: the hbm read of the fwd+bwd cases equals the reference's) | stub: return 0 * key * c.on; */
     return !c.on || key <= c.offset ? 0 : key - c.offset;
     /* exercise: end */
 }
