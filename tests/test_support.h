@@ -227,5 +227,11 @@ void test_mla_free(TestMla *x);
  * the output projection. A NaN input reaches exactly the outputs that depend on it. 0, or -1 when
  * out of memory. */
 int ref_mla(const MlaProblem *p, double *y);
+/* The same, and, where the pointers are not NULL: y_mag (B, Tq, D), the size of the terms each
+ * element of y adds up (sum_h sum_e |o_abs,e W_o[h, e, c]| with o_abs = sum_j P_j |ckv_j| |W_uv|),
+ * and the largest score magnitude scale (sum_c |q_nope,c k_nope,c| + sum_c |q_pe,c kpe_c|) over
+ * every (row, head, key): what the float32 rounding of y and of the scores scales with (the
+ * fuzzers' tolerance, tests/fuzz/fuzz_check.h). */
+int ref_mla_full(const MlaProblem *p, double *y, double *y_mag, double *score_magnitude);
 
 #endif

@@ -12,7 +12,7 @@
  * a trailing byte, the wrong dtype, a size of 0, an odd RoPE width p, more new tokens than cache
  * entries, a key MLA cases do not have); an accepted one loads as the problem written (sizes,
  * causal, rope_theta, scale) and runs, and y follows fuzz_check.h's rule against the float64
- * reference of fuzz_mla_ref.c. */
+ * reference of tests/test_support_mla.c (ref_mla). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* fuzz_run.c — fuzz_run_case (fuzz_support.h): a loaded case through its stage, every output
  * poisoned with NaN first, then compared with its float64 reference by fuzz_check. The references
- * are tests/test_support.c's (contiguous and paged attention, gradients) and fuzz_mla_ref.c. */
+ * are tests/test_support*.c's (contiguous and paged attention, gradients, MLA). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +9,6 @@
 #include "check.h"
 #include "fuzz_check.h"
 #include "fuzz_magnitude.h"
-#include "fuzz_mla_ref.h"
 #include "fuzz_support.h"
 #include "kind_mla.h"
 #include "runner.h"
@@ -114,14 +113,14 @@ static int attention_reference(const void *problem, double *out)
     return 0;
 }
 
-static int mla_reference_of(const void *problem, double *out) { return mla_reference(problem, out); }
+static int mla_reference_of(const void *problem, double *out) { return ref_mla(problem, out); }
 
 static void mla_magnitude(const void *problem, const double *ref, double *mag)
 {
     const MlaProblem *p = problem;
     double *y = malloc(sizeof(double) * (mla_numel(p, MLA_INPUT_COUNT) + 1));
     (void)ref;
-    if (!y || mla_reference_full(p, y, mag, NULL) != 0)
+    if (!y || ref_mla_full(p, y, mag, NULL) != 0)
         fuzz_fail("out of memory for the MLA magnitudes");
     free(y);
 }
@@ -239,7 +238,7 @@ static void run_mla(const MlaProblem *problem, const FuzzRunOptions *opts)
         const int longest = p.D + p.mq + p.m + p.dh + p.p + p.dv + p.H * p.dv + p.Tk;
         k.eta = fuzz_eta(longest);
         double scores = 0.0, *ref = malloc(sizeof(double) * (ny + 1));
-        if (!ref || mla_reference_full(&p, ref, NULL, &scores) != 0)
+        if (!ref || ref_mla_full(&p, ref, NULL, &scores) != 0)
             fuzz_fail("out of memory for the MLA reference");
         free(ref);
         k.score_error = fuzz_score_error(p.D + p.mq + p.m + p.dh + p.p, scores);
