@@ -10,6 +10,7 @@
 #include "kind.h"
 #include "files.h"
 #include "npy.h"
+#include "text.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -45,36 +46,7 @@ void case_path(const Case *c, const char *file, char *out, size_t len)
 
 /* ---- case.json ------------------------------------------------------------------------- */
 
-static char *read_text_file(const char *path, FlError *err)
-{
-    FILE *f = fl_open_regular(path, err);
-    if (!f)
-        return NULL;
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        len += fread(buf + len, 1, cap - 1 - len, f);
-        if (len < cap - 1)
-            break;
-        char *bigger = cap < (1u << 24) ? realloc(buf, cap * 2) : NULL; /* 16 MB is plenty */
-        if (!bigger) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = bigger;
-        cap *= 2;
-    }
-    int failed = !buf || ferror(f);
-    fclose(f);
-    if (failed) {
-        free(buf);
-        fl_fail(err, FL_BAD_INPUT, "%s: cannot read (unreadable or larger than 16 MB)", path);
-        return NULL;
-    }
-    buf[len] = '\0';
-    return buf;
-}
+#define CASE_JSON_MAX_BYTES ((size_t)16 << 20) /* a case.json is a few lines; 16 MB is plenty */
 
 /* A JSON number that is a whole number in [0, INT_MAX]. */
 
@@ -139,17 +111,19 @@ int case_read_options(Case *c, CaseOptionFn apply, FlError *err)
     if (exists <= 0)
         return exists < 0 ? FL_BAD_INPUT : FL_OK; /* absent: defaults */
 
-    char *text = read_text_file(path, err);
-    if (!text)
+    Buf text = {0};
+    if (read_text(path, &text, CASE_JSON_MAX_BYTES, err) != FL_OK) {
+        buf_free(&text);
         return FL_BAD_INPUT;
+    }
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    cJSON *root = cJSON_ParseWithOpts(text.text, &end, 1);
     if (!root) {
-        size_t offset = end ? (size_t)(end - text) : 0;
-        free(text);
+        size_t offset = end ? (size_t)(end - text.text) : 0;
+        buf_free(&text);
         return fl_fail(err, FL_BAD_INPUT, "%s: invalid JSON near byte %zu", path, offset);
     }
-    free(text);
+    buf_free(&text);
 
     int rc = FL_OK;
     if (!cJSON_IsObject(root))

@@ -97,7 +97,7 @@ static int run_group_diff(const char *old_path, const char *new_path, const char
         return fl_fail(err, FL_BAD_INPUT, "%s: cannot write (%s)", scratch, strerror(errno));
     int status = stage_run_program(argv, NULL, fd, err);
     close(fd);
-    int rc = status == 0 || status == 1 ? read_text(scratch, out, err)
+    int rc = status == 0 || status == 1 ? read_text(scratch, out, TEXT_ANY_SIZE, err)
                                         : fl_fail(err, FL_BAD_INPUT, "diff %s %s failed: %s", old_path,
                                                   new_path, status < 0 ? err->msg : "exit status > 1");
     unlink(scratch);
@@ -302,7 +302,7 @@ static void find_bases(Exercise *ex)
     Buf readme = {0};
     FlError ignored;
     ex->nbases = 0;
-    if (read_text(path, &readme, &ignored) == FL_OK) {
+    if (read_text(path, &readme, TEXT_ANY_SIZE, &ignored) == FL_OK) {
         for (const char *s = readme.text; (s = strstr(s, "flashlab diff ")) != NULL; s++) {
             char a[16], b[16], folder[STAGE_NAME_LEN];
             if (sscanf(s, "flashlab diff %15[0-9] %15[0-9]", a, b) != 2 || atoi(b) != atoi(ex->number))
@@ -377,7 +377,7 @@ static int load_files(Exercise *ex, const char *scratch_dir, FlError *err)
             CopyFile *f = &ex->files[ex->nfiles++];
             snprintf(f->name, sizeof f->name, "%.255s", mine[k].names[i]);
             stage_path(ex->folder, f->name, path, sizeof path);
-            int rc = read_text(path, &f->source, err);
+            int rc = read_text(path, &f->source, TEXT_ANY_SIZE, err);
             if (rc != FL_OK)
                 return rc;
             marker_stage |= has_markers(f->source.text);

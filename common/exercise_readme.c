@@ -12,7 +12,7 @@ static void lesson_summary(const Exercise *ex, char *summary, size_t size)
     Buf readme = {0};
     FlError ignored;
     summary[0] = '\0';
-    if (read_text(path, &readme, &ignored) != FL_OK)
+    if (read_text(path, &readme, TEXT_ANY_SIZE, &ignored) != FL_OK)
         return;
     size_t pos = 0, len, used = 0;
     const char *line;

@@ -1,6 +1,8 @@
 /* text.c — a growable text buffer and the line helpers of the generators (text.h). */
 #include "text.h"
 
+#include "files.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -46,18 +48,21 @@ void buf_free(Buf *b)
     memset(b, 0, sizeof *b);
 }
 
-int read_text(const char *path, Buf *b, FlError *err)
+int read_text(const char *path, Buf *b, size_t max_bytes, FlError *err)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = fl_open_regular(path, err); /* a regular file only: a FIFO or a folder is refused */
     if (!f)
-        return fl_fail(err, FL_BAD_INPUT, "%s: cannot read (%s)", path, strerror(errno));
+        return FL_BAD_INPUT;
     char chunk[65536];
-    size_t n;
+    size_t n, total = 0;
     buf_add(b, "", 0);
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0 && (total += n) <= max_bytes)
         buf_add(b, chunk, n);
+    const int failed = ferror(f);
     fclose(f);
-    return FL_OK;
+    if (total > max_bytes)
+        return fl_fail(err, FL_BAD_INPUT, "%s: larger than %zu bytes", path, max_bytes);
+    return failed ? fl_fail(err, FL_BAD_INPUT, "%s: cannot read", path) : FL_OK;
 }
 
 int write_text(const char *path, const Buf *b, FlError *err)

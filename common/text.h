@@ -19,8 +19,10 @@ void *must_alloc(void *p);
 void buf_add(Buf *b, const char *s, size_t n);
 void buf_printf(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void buf_free(Buf *b);
-/* The whole file at path appended to b; FL_BAD_INPUT with a message when it cannot be read. */
-int read_text(const char *path, Buf *b, FlError *err);
+/* The whole file at path (a regular file, at most max_bytes; TEXT_ANY_SIZE for no limit) appended
+ * to b; FL_BAD_INPUT with a message when it cannot be read or is larger. */
+#define TEXT_ANY_SIZE ((size_t)-1)
+int read_text(const char *path, Buf *b, size_t max_bytes, FlError *err);
 /* b written to path (created or replaced); FL_BAD_INPUT with a message on failure. */
 int write_text(const char *path, const Buf *b, FlError *err);
 
