@@ -20,7 +20,7 @@ typedef struct {
  * max_rel, mismatches}}, "hbm_read_bytes", "hbm_written_bytes" (all passes of the run), the same
  * two for the reference (the stage's default variant on the same device and case), "io_check"
  * ("pass", "fail": a student copy moved more than IO_MARGIN above the reference's bytes, which
- * makes the status "fail" too; "off": not a student copy, or --no-io-check), "time_ms"
+ * makes the status "fail" too; "off": not a student copy, --no-io-check, or the reference did not run), "time_ms"
  * (median of 3 runs after one warm-up, counting off), "error": null or the message}. */
 typedef struct {
     uint64_t read, written, ref_read, ref_written;
@@ -86,7 +86,8 @@ static int io_numbers(const Options *o, const StageImpl *impl, Direction dir, co
     if (reference_impl(impl) != impl) {
         KindRun r;
         rc = c->kind->run(reference_impl(impl), dir, c, &ctx, &r, err);
-        ref = r.stats;
+        if (rc == FL_OK) /* else the reference's counts stay the run's own: nothing is compared */
+            ref = r.stats;
         kind_run_free(&r);
     }
     io->read = stats->fwd.bytes_read + stats->bwd.bytes_read;
@@ -132,7 +133,9 @@ static int grade(const Options *o, const StageImpl *impl, Direction dir, const C
     IoNumbers io;
     int rc = io_numbers(o, impl, dir, c, stats, &io, err);
     g->read = io.read, g->written = io.written, g->ref_read = io.ref_read, g->ref_written = io.ref_written;
-    g->io_check = !is_student(impl) || o->no_io_check ? "off" : io_check_fails(impl, &io, 0) ? "fail" : "pass";
+    g->io_check = rc != FL_OK || !is_student(impl) || o->no_io_check ? "off"
+                  : io_check_fails(impl, &io, 0)                       ? "fail"
+                                                                       : "pass";
     RunCtx ctx = run_ctx(o);
     if (rc == FL_OK)
         rc = c->kind->time(impl, dir, c, &ctx, 1, 3, &g->ms, err);
