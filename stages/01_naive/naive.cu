@@ -20,13 +20,14 @@ enum { SOFTMAX_THREADS = 256 };
 
 /* ---- the row softmax ------------------------------------------------------------------------- */
 
-/* Merge two running (max, sum) pairs of the same row: sum is relative to its own max. */
+/* Merge two running (max, sum) pairs of the same row: sum is relative to its own max. While the
+ * max is still -inf the shift is 0, never -inf - (-inf); so a NaN score, which fmaxf passes over,
+ * still reaches l, and with it lse and the whole row of P (every one depends on it). */
 static __device__ void merge_max_sum(float *m, float *l, float m2, float l2)
 {
-    float m_new = fmaxf(*m, m2);
-    if (m_new == -INFINITY)
-        return; /* both empty */
-    *l = *l * expf(*m - m_new) + l2 * expf(m2 - m_new);
+    const float m_new = fmaxf(*m, m2);
+    const float shift = m_new == -INFINITY ? 0.0f : m_new;
+    *l = *l * expf(*m - shift) + l2 * expf(m2 - shift);
     *m = m_new;
 }
 

@@ -813,11 +813,11 @@ static __global__ void naive_softmax_kernel(float *S, float *lse, int R, int Tk,
         if (sees(runs, j))
             sum += expf(s[j] - ref);
     sum = block_sum(sum, scratch) + expf(sink - ref); // the sink joins the denominator only
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const float inv = sum != 0.0f ? 1.0f / sum : 0.0f; // a NaN sum stays NaN (not "no key")
     for (int j = threadIdx.x; j < Tk; j += blockDim.x)
         s[j] = sees(runs, j) ? expf(s[j] - ref) * inv : 0.0f;
     if (threadIdx.x == 0) {
-        lse[row] = sum > 0.0f ? ref + logf(sum) : -INFINITY;
+        lse[row] = sum != 0.0f ? ref + logf(sum) : -INFINITY;
         hbm_dev_add(hbm, HBM_READ, 3ull * visible_count(runs) * sizeof(float)); // S, 3 passes
         hbm_dev_add(hbm, HBM_WRITTEN, ((unsigned long long)Tk + 1) * sizeof(float)); // P, lse
     }

@@ -226,13 +226,13 @@ __global__ void __launch_bounds__(T::NT) split_kernel(DecodeArgs a)
             continue;
         const size_t row = (size_t)split * rows_total + (size_t)g * a.R + i0 + r; // packed = o's order
         /* exercise: begin — the chunk's partial O_s and lse_s of row r (see above) (check 11 --device cuda --splits 3: o and lse) | stub: (void)row; */
-        const float inv_l = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        const float inv_l = l[i] != 0.0f ? 1.0f / l[i] : 0.0f; // l = NaN is a NaN, not an empty chunk
 #pragma unroll
         for (int q = 0; q < CPL; q++)
             if (lane + 32 * q < p.dv)
                 a.out_o[row * p.dv + lane + 32 * q] = o[i][q] * inv_l;
         if (lane == 0)
-            a.out_lse[row] = l[i] > 0.0f ? (m[i] + log2f(l[i])) * kLn2 : -INFINITY;
+            a.out_lse[row] = l[i] != 0.0f ? (m[i] + log2f(l[i])) * kLn2 : -INFINITY;
         /* exercise: end */
     }
     if (tid == 0)
@@ -257,11 +257,12 @@ __global__ void combine_kernel(const float *part_o, const float *part_lse, float
     for (int s = lane; s < splits; s += 32)
         m = fmaxf(m, part_lse[(size_t)s * rows + row]);
     m = row_max<32>(m);
+    const float shift = m == -INFINITY ? 0.0f : m; // every split empty: the terms are 0 (a NaN stays NaN)
     float sum = 0.0f;
-    for (int s = lane; s < splits && m != -INFINITY; s += 32)
-        sum += expf(part_lse[(size_t)s * rows + row] - m);
+    for (int s = lane; s < splits; s += 32)
+        sum += expf(part_lse[(size_t)s * rows + row] - shift);
     sum = row_sum<32>(sum);
-    const float total = m == -INFINITY ? -INFINITY : m + logf(sum);
+    const float total = sum != 0.0f ? shift + logf(sum) : -INFINITY;
     for (int c = lane; c < dv; c += 32) {
         float acc = 0.0f;
         for (int s = 0; s < splits && total != -INFINITY; s++)

@@ -218,14 +218,14 @@ __global__ void __launch_bounds__(FwdTile<D>::NT) tc_forward_kernel(TcArgs a)
         const float lsum = row_sum<4>(l[rr]);
         if (r[rr] >= a.Tq)
             continue;
-        const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+        const float inv = lsum != 0.0f ? 1.0f / lsum : 0.0f; // a NaN l is not an empty row
         float *orow = a.o + ((size_t)bh * a.Tq + r[rr]) * D;
 #pragma unroll
         for (int n = 0; n < T::NO; n++)
             *reinterpret_cast<float2 *>(orow + 8 * n + 2 * t4) =
                 make_float2(o[n][2 * rr] * inv, o[n][2 * rr + 1] * inv);
         if (t4 == 0)
-            a.lse[(size_t)bh * a.Tq + r[rr]] = lsum > 0.0f ? (m[rr] + log2f(lsum)) * kLn2 : -INFINITY;
+            a.lse[(size_t)bh * a.Tq + r[rr]] = lsum != 0.0f ? (m[rr] + log2f(lsum)) * kLn2 : -INFINITY;
     }
     if (tid == 0)
         hbm_dev_add(a.hbm, HBM_WRITTEN, (unsigned long long)rows_q * (D + 1) * sizeof(float));

@@ -295,8 +295,9 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB) step_for
             // This step's part: lse_s over the shard's keys (-inf when the row saw none of them).
             const float lse_s = l[i] == 0.0f ? -INFINITY : (m[i] + log2f(l[i])) * kLn2;
             /* exercise: begin — merge the step into the row: total = log(exp(lse_acc) + exp(lse_s)), and the weights w_acc of the row so far and w_s of O_s (check 13 --device cuda: o and lse) | stub: const float total = lse_s, w_acc = 0.0f, w_s = 0.0f; */
-            const float hi = fmaxf(lse_acc[i], lse_s);
-            const float total = hi == -INFINITY ? -INFINITY : hi + logf(expf(lse_acc[i] - hi) + expf(lse_s - hi));
+            const float hi = fmaxf(lse_acc[i], lse_s), shift = hi == -INFINITY ? 0.0f : hi;
+            const float sum = expf(lse_acc[i] - shift) + expf(lse_s - shift); // NaN if either is NaN
+            const float total = sum != 0.0f ? shift + logf(sum) : -INFINITY;
             const float w_acc = total == -INFINITY ? 0.0f : expf(lse_acc[i] - total);
             const float w_s = total == -INFINITY ? 0.0f : expf(lse_s - total);
             /* exercise: end */
