@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "attn.h"
+#include "cuda_fa2_tiles.cuh"
 #include "cuda_tiles.cuh"
 #include "cuda_util.h"
 #include "error.h"
@@ -44,16 +45,6 @@ struct Fa2Args {
     float scale_log2;             // scale * log2(e): scores live in base 2
     bool vec_qk, vec_v, vec_o;
     unsigned long long *hbm;      // [read, written] or NULL
-};
-
-template <int D, int BR, int BC, int TM, int TN> struct Fa2Tile {
-    static constexpr int RG = BR / TM, CG = BC / TN, NT = RG * CG;
-    static constexpr int OQ = D / (4 * CG); // float4 chunks of O per thread and row
-    static constexpr int QS = D + 4, KS = D + 4, VS = D, PS = BC + CG;
-    static constexpr int SMEM_FLOATS = BR * QS + BC * KS + BC * VS + BR * PS;
-    static constexpr size_t SMEM_BYTES = SMEM_FLOATS * sizeof(float);
-    static_assert(32 % CG == 0 && NT % 32 == 0, "a row's threads must share one warp");
-    static_assert(D % (4 * CG) == 0 && BC % 4 == 0, "float4 chunks must tile D and Bc");
 };
 
 template <int D, int BR, int BC, int TM, int TN, int MINB>
@@ -168,7 +159,7 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB)
         const int row = rg + RG * i;
         if (row >= rows_q)
             continue;
-        /* exercise: begin — O = Õ / l and lse, written once (check 05 --device cuda: o.npy and lse.npy) */
+        /* exercise: begin — O = Õ / l and lse, written once (check 05 --device cuda: o.npy and lse.npy) | stub: (void)kLn2; */
         store_row<OQ, CG>(a.o + ((size_t)bh * a.Tq + q0 + row) * a.dv, o[i], 1.0f / l[i], a.dv,
                           a.vec_o, cg);
         if (cg == 0)
@@ -201,22 +192,6 @@ int fa2_launch(const Fa2Args &a, int heads, cudaStream_t stream, FlError *err)
 }
 
 } // namespace
-
-// The configurations the stage uses, one per padded head dim: <D, Br, Bc, TM, TN, min blocks/SM>.
-// All use Br = 128 (the HBM model's closed form depends on it: FA2_BLOCK_R). Picked by timing
-// on an H200 (README.md): at D = 64 an 8x8 micro-tile in 128 threads, at D = 128 a 4x8 micro-tile
-// in 256 threads (an 8x8 one would need 128 registers of O per thread).
-#define FA2_BLOCK_R 128
-#define FA2_CONFIG_D32 32, FA2_BLOCK_R, 64, 4, 8, 2
-#define FA2_CONFIG_D64 64, FA2_BLOCK_R, 64, 8, 8, 2
-#define FA2_CONFIG_D96 96, FA2_BLOCK_R, 64, 4, 8, 1
-#define FA2_CONFIG_D128 128, FA2_BLOCK_R, 64, 4, 8, 1
-
-static int fa2_padded_dim(int d, int dv)
-{
-    const int x = d > dv ? d : dv;
-    return (x + 31) / 32 * 32;
-}
 
 static Fa2Args fa2_args(const AttnProblem *p, AttnTensors *t, const RunCtx *ctx)
 {

@@ -84,6 +84,7 @@
 #include <string.h>
 
 #include "attn.h"
+#include "cuda_fa2_tiles.cuh"
 #include "cuda_tiles.cuh"
 #include "cuda_util.h"
 #include "error.h"
@@ -124,17 +125,6 @@ struct FwdStep {
     float scale_log2; // scale * log2(e): scores live in base 2
     bool vec_qk, vec_v, vec_o;
     unsigned long long *hbm; // [read, written] or NULL
-};
-
-// Stage 08's tiles: Qs (Br, D+4)  Ks (Bc, D+4)  Vs (Bc, D)  Ps (Br, Bc+CG); TM x TN micro-tiles.
-template <int D, int BR, int BC, int TM, int TN> struct Fa2Tile {
-    static constexpr int RG = BR / TM, CG = BC / TN, NT = RG * CG;
-    static constexpr int OQ = D / (4 * CG);
-    static constexpr int QS = D + 4, KS = D + 4, VS = D, PS = BC + CG;
-    static constexpr int SMEM_FLOATS = BR * QS + BC * KS + BC * VS + BR * PS;
-    static constexpr size_t SMEM_BYTES = SMEM_FLOATS * sizeof(float);
-    static_assert(32 % CG == 0 && NT % 32 == 0, "a row's threads must share one warp");
-    static_assert(D % (4 * CG) == 0 && BC % 4 == 0, "float4 chunks must tile D and Bc");
 };
 
 // x[i] for i = 0 or 1, as a select: an index into a kernel argument's array would copy the array
@@ -315,13 +305,8 @@ __global__ void __launch_bounds__(Fa2Tile<D, BR, BC, TM, TN>::NT, MINB) step_for
     }
 }
 
-// The configurations, one per padded head dim: <D, Br, Bc, TM, TN, min blocks/SM>, stage 08's.
-// The HBM model (tests/test_hbm_model_13.c) assumes Br = RING_FWD_BLOCK_R.
-#define RING_FWD_BLOCK_R 128
-#define RING_FWD_D32 32, RING_FWD_BLOCK_R, 64, 4, 8, 2
-#define RING_FWD_D64 64, RING_FWD_BLOCK_R, 64, 8, 8, 2
-#define RING_FWD_D96 96, RING_FWD_BLOCK_R, 64, 4, 8, 1
-#define RING_FWD_D128 128, RING_FWD_BLOCK_R, 64, 4, 8, 1
+// The configurations are stage 08's, one per padded head dim (FA2_CONFIG_D*, common/cuda_fa2_tiles.cuh).
+// The HBM model (tests/test_hbm_model_13.c) assumes Br = FA2_BLOCK_R.
 
 // Kernel attributes belong to a device: the shared-memory limit is raised before every launch
 // (cheap), not once per process, since the ranks of mode A run on several GPUs.
@@ -341,7 +326,7 @@ template <int D, int BR, int BC, int TM, int TN, int MINB>
 int step_forward_launch(const FwdStep &a, int heads, cudaStream_t stream, FlError *err)
 {
     using T = Fa2Tile<D, BR, BC, TM, TN>;
-    static_assert(BR == RING_FWD_BLOCK_R, "the host sizes the grid with RING_FWD_BLOCK_R");
+    static_assert(BR == FA2_BLOCK_R, "the host sizes the grid with FA2_BLOCK_R");
     const dim3 grid((unsigned)heads, (unsigned)(a.tiles[0] + a.tiles[1]));
     return launch_with_smem(step_forward_kernel<D, BR, BC, TM, TN, MINB>, grid, T::NT, T::SMEM_BYTES, stream, a,
                             "step_forward_kernel", err);
@@ -383,44 +368,6 @@ struct BwdStep {
     float scale, scale_log2;
     bool vec_qk, vec_v, vec_dq, vec_dk, vec_dv;
     unsigned long long *hbm;
-};
-
-// Stage 08's thread layout (README of stage 08): two halves of NT/2 threads,
-//   half 0: S = Q_i K_j^T -> P,  then dV_j += P^T dO_i          (holds dV_j)
-//   half 1: dP = dO_i V_j^T,     then dS, then dK_j += dS^T Q_i  (holds dK_j)
-// Shared memory: Qs, dOs (Br, D+4)  Ks, Vs (Bc, D+4)  PTs, dSTs (Bc, Br+4)  dSs (Br, Bc+4)  Ls, Ds (Br)
-template <int D_, int BR_, int BC_, int NT_, int MINB_> struct BwdTile {
-    static constexpr int D = D_, BR = BR_, BC = BC_, NT = NT_, MINB = MINB_, HALF = NT / 2;
-    // 16 threads share a row of the score tiles (8 x 4 micro-tiles); 16 share a row of dV_j / dK_j
-    // when D is a multiple of 64, else 8 (stages/06_backward/README.md, "Thread layout").
-    static constexpr int SCG = 16, SRG = HALF / SCG, STM = BR / SRG, STN = BC / SCG;
-    static constexpr int OCG = (D / 4) % 16 == 0 ? 16 : 8, ORG = HALF / OCG, KTM = BC / ORG,
-                         OQ = D / (4 * OCG);
-    static constexpr int QCG = (D / 4) % 16 == 0 ? 16 : 8, QRG = NT / QCG, QTM = BR / QRG,
-                         QQ = D / (4 * QCG);
-    static constexpr int QS = D + 4, PTS = BR + 4, DSS = BC + 4;
-    static constexpr int SMEM_FLOATS = 2 * BR * QS + 2 * BC * QS + 2 * BC * PTS + BR * DSS + 2 * BR;
-    static constexpr size_t SMEM_BYTES = SMEM_FLOATS * sizeof(float);
-    static_assert(STM * SRG == BR && STN * SCG == BC && KTM * ORG == BC && QTM * QRG == BR,
-                  "tiles must split evenly over the threads");
-    static_assert(OQ * 4 * OCG == D && QQ * 4 * QCG == D, "float4 chunks must tile D");
-};
-
-template <class T> struct BwdSmem {
-    static constexpr int BR = T::BR, BC = T::BC;
-    float *Qs, *dOs, *Ks, *Vs, *PTs, *dSTs, *dSs, *Ls, *Ds;
-    __device__ explicit BwdSmem(float *base)
-    {
-        Qs = base;                // Q_i   (Br, D)
-        dOs = Qs + BR * T::QS;    // dO_i  (Br, D)
-        Ks = dOs + BR * T::QS;    // K_j   (Bc, D)
-        Vs = Ks + BC * T::QS;     // V_j   (Bc, D)
-        PTs = Vs + BC * T::QS;    // P_ij^T   (Bc, Br)
-        dSTs = PTs + BC * T::PTS; // dS_ij^T  (Bc, Br)
-        dSs = dSTs + BC * T::PTS; // dS_ij    (Br, Bc)
-        Ls = dSs + BR * T::DSS;   // lse_i    (Br)
-        Ds = Ls + BR;             // D_i      (Br)
-    }
 };
 
 // Before the backward's steps: D = rowsum(dO ∘ O) and dq = 0 for the rank's rows, one warp a row.
@@ -617,8 +564,7 @@ template <class T> __global__ void __launch_bounds__(T::NT, T::MINB) step_backwa
         hbm_dev_add(a.hbm, HBM_WRITTEN, (unsigned long long)rows_tile * (a.d + a.dv) * sizeof(float));
 }
 
-// Stage 08's backward tiles: Br = Bc = 64, 256 threads. The HBM model assumes both are 64.
-template <int D> using BwdConfig = BwdTile<D, 64, 64, 256, 1>;
+// Stage 08's backward tiles (BwdConfig, common/cuda_fa2_tiles.cuh). The HBM model assumes Bc = 64.
 #define RING_BWD_BLOCK_C 64
 
 template <class T>
@@ -804,7 +750,7 @@ int step_forward(const Ring &g, const Rank &x, const Shard &h, FlError *err)
         a.o[qw] = x.o + share_offset(x.rows.q, qw, g.GQ, (size_t)p->dv);
         a.lse[qw] = x.lse + share_offset(x.rows.q, qw, g.GQ, 1);
         a.R[qw] = (int)(g.group * (x.rows.q[qw].hi - x.rows.q[qw].lo));
-        a.tiles[qw] = ceil_div(a.R[qw], RING_FWD_BLOCK_R);
+        a.tiles[qw] = ceil_div(a.R[qw], FA2_BLOCK_R);
     }
     for (int kw = 0; kw < 2; kw++) {
         a.k[kw] = h.k + share_offset(held.k, kw, g.G, (size_t)p->d);
@@ -827,10 +773,10 @@ int step_forward(const Ring &g, const Rank &x, const Shard &h, FlError *err)
         return fl_fail(err, FL_BAD_INPUT, "ring: %d query tiles per kv head on rank %d; the grid holds 65535",
                        a.tiles[0] + a.tiles[1], x.r);
     switch (padded_dim(p)) {
-    case 32: return step_forward_launch<RING_FWD_D32>(a, (int)g.G, x.compute, err);
-    case 64: return step_forward_launch<RING_FWD_D64>(a, (int)g.G, x.compute, err);
-    case 96: return step_forward_launch<RING_FWD_D96>(a, (int)g.G, x.compute, err);
-    default: return step_forward_launch<RING_FWD_D128>(a, (int)g.G, x.compute, err);
+    case 32: return step_forward_launch<FA2_CONFIG_D32>(a, (int)g.G, x.compute, err);
+    case 64: return step_forward_launch<FA2_CONFIG_D64>(a, (int)g.G, x.compute, err);
+    case 96: return step_forward_launch<FA2_CONFIG_D96>(a, (int)g.G, x.compute, err);
+    default: return step_forward_launch<FA2_CONFIG_D128>(a, (int)g.G, x.compute, err);
     }
 }
 
