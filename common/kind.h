@@ -38,12 +38,36 @@ typedef struct {
 
 void kind_run_free(KindRun *r);
 
+/* An integer option a kind adds to `flashlab bench` for the sizes of its own problems (the MLA
+ * kind: --latent M). Its value reaches the kind's bench_case by name (bench_size). */
+typedef struct {
+    const char *name; /* "--latent" */
+    const char *meta; /* "M": the usage line shows "[--latent M]" */
+    long min, max;
+    const char *even; /* non-NULL: the value must be even, and this says why ("rotated pairs") */
+} KindOption;
+
+/* A paragraph a kind adds to one command's --help. */
+typedef struct {
+    const char *command; /* "check" */
+    const char *text;    /* whole lines, each ending in '\n' */
+} KindHelp;
+
+enum { BENCH_MAX_KIND_SIZES = 8 };
+
 /* The sizes a benchmark case is made from (flashlab bench's options). */
 typedef struct {
     int B, H, Hkv, Tq;               /* Hkv, Tq: 0 = H, T */
     int causal, window, sink_tokens, sinks, page_size;
-    int latent, rope_dim, model_dim, q_rank; /* MLA: m, p, D, mq (0 = DeepSeek-V2's) */
+    int nkind_sizes;                 /* the kinds' own options given (KindOption), by name */
+    struct {
+        const char *name;
+        int value;
+    } kind_sizes[BENCH_MAX_KIND_SIZES];
 } BenchShape;
+
+/* The value of a kind's own bench option `name` ("--latent"), or fallback when it was not given. */
+int bench_size(const BenchShape *s, const char *name, int fallback);
 
 typedef struct CaseKind {
     const char *name;   /* "attention", "mla" */
@@ -89,15 +113,30 @@ typedef struct CaseKind {
     /* A seeded case of sequence length T and head dim d in memory (no folder), for bench. */
     int (*bench_case)(const BenchShape *s, const StageImpl *impl, int T, int d, Direction dir, Case *c,
                       FlError *err);
+
+    /* The bench options of its own sizes (ended by a NULL name), or NULL; and the paragraphs it
+     * adds to the commands' --help (ended by a NULL command), or NULL. */
+    const KindOption *bench_options;
+    const KindHelp *help;
 } CaseKind;
 
-extern const CaseKind kind_attention, kind_mla;
+extern const CaseKind kind_attention; /* the default kind; the others declare themselves (kind_mla.h) */
 
 /* The seed of bench_case's inputs for sequence length T and head dim d (the same for every kind). */
 uint64_t bench_seed(int T, int d);
 
 /* Every kind, NULL-terminated; the default kind (no marker) last. */
 const CaseKind *const *case_kinds(void);
+
+/* The first stage whose implementations take cases of kind ("09" for MLA). */
+const char *kind_first_stage(const CaseKind *kind);
+/* The kind option called name (any kind's), or NULL. */
+const KindOption *kind_option(const char *name);
+/* Prints every kind's paragraph for command (the text of --help). */
+void kind_print_help(FILE *f, const char *command);
+/* Prints, for each kind with its own bench options, one usage line: indent, "[--latent M] ...",
+ * and which stages take the kind. */
+void kind_print_bench_usage(FILE *f, const char *indent);
 /* The kind whose stages include impl. */
 const CaseKind *kind_of_stage(const StageImpl *impl);
 

@@ -236,6 +236,14 @@ static const char *const input_files[] = {"case.json",   "q.npy",       "k.npy",
                                           "do.npy",      "sinks.npy",   "k_pages.npy",     "v_pages.npy",
                                           "block_table.npy", "seq_lens.npy", NULL};
 
+static const KindHelp help[] = {
+    {"check", "Paged decode cases (folders with k_pages.npy, docs/conventions.md) need the paged feature (stage 11);\n"
+              "stage 11 also runs every forward attention case on a contiguous cache.\n"},
+    {"run", "A paged decode case (q.npy, k_pages.npy, v_pages.npy, int32 block_table.npy and seq_lens.npy,\n"
+            "optional sinks.npy; stage 11 only) writes o.npy and lse.npy.\n"},
+    {NULL, NULL},
+};
+
 const CaseKind kind_attention = {
     .name = "attention",
     .marker = NULL,
@@ -256,4 +264,5 @@ const CaseKind kind_attention = {
     .describe_json = describe_json,
     .columns = columns,
     .bench_case = bench_case,
+    .help = help,
 };

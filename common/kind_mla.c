@@ -411,8 +411,8 @@ static int bench_case(const BenchShape *s, const StageImpl *impl, int T, int d, 
     c->kind_data = m;
     MlaProblem *p = &m->p;
     p->B = s->B, p->H = s->H, p->Tq = s->Tq > 0 ? s->Tq : T, p->Tk = T, p->dh = p->dv = d;
-    p->m = s->latent ? s->latent : 512, p->p = s->rope_dim ? s->rope_dim : 64;
-    p->D = s->model_dim ? s->model_dim : 5120, p->mq = s->q_rank ? s->q_rank : 1536;
+    p->m = bench_size(s, "--latent", 512), p->p = bench_size(s, "--rope-dim", 64);
+    p->D = bench_size(s, "--model-dim", 5120), p->mq = bench_size(s, "--q-rank", 1536);
     p->causal = s->causal, p->rope_theta = 10000.0f;
     p->scale = 1.0f / sqrtf((float)(p->dh + p->p));
     if (p->Tq > p->Tk)
@@ -430,6 +430,31 @@ static int bench_case(const BenchShape *s, const StageImpl *impl, int T, int d, 
     }
     return FL_OK;
 }
+
+/* bench's options for the sizes of an MLA step: m, p, D, mq. */
+static const KindOption bench_options[] = {
+    {"--latent", "M", 1, 1 << 16, NULL},
+    {"--rope-dim", "P", 2, 1 << 16, "rotated pairs"},
+    {"--model-dim", "D", 1, 1 << 20, NULL},
+    {"--q-rank", "MQ", 1, 1 << 20, NULL},
+    {NULL, NULL, 0, 0, NULL},
+};
+
+static const KindHelp help[] = {
+    {"check", "Stage 09 (MLA) runs the MLA cases instead (folders with ckv.npy, docs/conventions.md) and compares\n"
+              "y.npy with the forward tolerance; the other stages skip MLA cases.\n"},
+    {"run", "An MLA case (x.npy, ckv.npy, kpe.npy and the w_*.npy weights; stage 09 only) writes y.npy.\n"},
+    {"tour", "Stage 09 (MLA) rows run the golden MLA case mla_prefill_t24 instead ('mla' in the checked column;\n"
+             "GFLOP/s from the MLA step's FLOPs, see bench --help).\n"},
+    {"bench",
+     "Stage 09 (MLA) rows time one MLA step on seeded inputs: x (B, Tq, D), the latent cache ckv (B, T, m)\n"
+     "and kpe (B, T, p), the weights (each N(0, 1/fan-in)); H heads, dh = dv = d, Tq = T unless --Tq;\n"
+     "m, p, D, mq from --latent, --rope-dim (even), --model-dim, --q-rank, default DeepSeek-V2's 512, 64,\n"
+     "5120, 1536. Their FLOPs are the absorbed form's, for both variants: 2 per multiply-add of the\n"
+     "query and output projections and the W_uk / W_uv folds, plus 2 H (2m + p) per query-key pair.\n"
+     "Stage 09 runs only when --stages names it: its problem is not an attention one.\n"},
+    {NULL, NULL},
+};
 
 static const char *const input_files[] = {"case.json", "x.npy",    "ckv.npy",  "kpe.npy",  "w_dq.npy",
                                           "w_uq.npy",  "w_qr.npy", "w_uk.npy", "w_uv.npy", "w_o.npy", NULL};
@@ -454,6 +479,8 @@ const CaseKind kind_mla = {
     .describe_json = describe_json,
     .columns = columns,
     .bench_case = bench_case,
+    .bench_options = bench_options,
+    .help = help,
 };
 
 const MlaProblem *mla_case_problem(const Case *c)

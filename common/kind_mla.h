@@ -1,5 +1,5 @@
-/* kind_mla.h — what the MLA kind (kind_mla.c) shows of a loaded MLA case, for tests and tools that
- * look inside one. */
+/* kind_mla.h — the MLA kind (kind_mla.c): its CaseKind, for the table of kinds (kind.c), and what it
+ * shows of a loaded MLA case, for tests and tools that look inside one. */
 #ifndef FLASHLAB_KIND_MLA_H
 #define FLASHLAB_KIND_MLA_H
 
@@ -9,6 +9,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+extern const CaseKind kind_mla;
 
 /* The problem of an MLA case (sizes, options, pointers into its inputs), or NULL for another kind. */
 const MlaProblem *mla_case_problem(const Case *c);

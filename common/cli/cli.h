@@ -39,7 +39,7 @@ typedef struct {
     /* bench */
     const char *stages;
     IntList T, d;
-    BenchShape shape; /* B, H, Hkv, Tq, masks, page size, MLA sizes */
+    BenchShape shape; /* B, H, Hkv, Tq, masks, page size, and the kinds' own sizes (kind.h) */
     int reps, json;
     const char *positional[MAX_POSITIONAL];
     int npositional;

@@ -270,16 +270,6 @@ static int looks_like_case(const char *dir)
     return 0;
 }
 
-/* The first stage whose implementations take cases of this kind ("09" for MLA). */
-static const char *first_stage_of(const CaseKind *kind)
-{
-    const StageImpl *const *all = stage_registry();
-    for (int i = 0; all[i]; i++)
-        if (kind->takes(all[i]))
-            return all[i]->stage;
-    return "(none in this build)";
-}
-
 static int check_case_dir(const Options *o, const StageImpl *impl, const char *dir, int explicit, CheckTally *tally)
 {
     if (!explicit && !looks_like_case(dir)) {
@@ -304,7 +294,7 @@ static int check_case_dir(const Options *o, const StageImpl *impl, const char *d
         tally->skipped++;
     } else {
         fprintf(stderr, "flashlab check: %s is a case of kind %s; stage %s (%s) runs %s cases; stage %s runs %s cases\n",
-                c.dir, c.kind->name, impl->stage, impl->name, kind_of_stage(impl)->name, first_stage_of(c.kind),
+                c.dir, c.kind->name, impl->stage, impl->name, kind_of_stage(impl)->name, kind_first_stage(c.kind),
                 c.kind->name);
         tally->code = worse(tally->code, FL_UNSUPPORTED);
     }

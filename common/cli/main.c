@@ -4,12 +4,16 @@
 
 #include "cli.h"
 #include "exercise.h"
+#include "kind.h"
 
+/* A command's --help prints its usage, its help, the paragraphs each case kind adds for it
+ * (kind.h KindHelp), then its details (options and exit codes), if any. */
 typedef struct {
     const char *name;
     int (*run)(Options *);
     const char *usage;
     const char *help;
+    const char *details;
 } Command;
 
 static const Command commands[] = {
@@ -17,7 +21,7 @@ static const Command commands[] = {
      "Prints one row per registered implementation: stage, name, device, variant, the precision it\n"
      "computes in (float32, or bf16 for stage 12, with the head dims it runs: 'bf16 d=64,128' means\n"
      "d = dv = 64 or 128 only), the features it supports and its one-line lesson; then whether a CUDA\n"
-     "device is available.\n"},
+     "device is available.\n", NULL},
     {"check", cmd_check,
      "flashlab check STAGE [CASE_DIR...] [--device cpu|cuda] [--variant V] [--direction fwd|bwd]\n"
      "                     [--sram BYTES] [--block-r N] [--block-c N] [--threads N] [--splits N]\n"
@@ -34,14 +38,9 @@ static const Command commands[] = {
      "golden/cases of the source tree) that holds q.npy and whose features the stage supports (and, for\n"
      "a stage that runs only some head dims, as stage 12 runs d = dv in {64, 128}, whose d and dv it\n"
      "runs; a CASE_DIR it does not run exits 3).\n"
-     "Stage 09 (MLA) runs the MLA cases instead (folders with ckv.npy, docs/conventions.md) and compares\n"
-     "y.npy with the forward tolerance; the other stages skip MLA cases.\n"
-     "Paged decode cases (folders with k_pages.npy, docs/conventions.md) need the paged feature (stage 11);\n"
-     "stage 11 also runs every forward attention case on a contiguous cache.\n"
      "Direction: without --direction a case runs forward+backward when it has do.npy and the stage has a\n"
      "backward pass (o, lse, dq, dk, dv and dsinks are compared), else forward only (o, lse; do.npy is\n"
-     "ignored). --direction fwd checks the forward pass only; --direction bwd only cases with do.npy.\n"
-     "\n"
+     "ignored). --direction fwd checks the forward pass only; --direction bwd only cases with do.npy.\n",
      "  --device cpu|cuda   device of the implementation (default cpu)\n"
      "  --variant V         a variant of the stage (see 'flashlab list'); default the plain one\n"
      "  --sram BYTES        SRAM size M of the tiled CPU stages (65536, 64K, 1M; default 128K)\n"
@@ -76,10 +75,7 @@ static const Command commands[] = {
      "any file is written; if a write fails, the files already written are removed. DIR may not be a case\n"
      "folder or lie inside one (hold case.json, q.npy, ckv.npy, ... or sit below a folder that does).\n"
      "An input holding NaN or Inf gets one warning line (file, count, first index) and the outputs that\n"
-     "depend on it are NaN; a NaN or Inf output from finite inputs gets one warning line per tensor.\n"
-     "An MLA case (x.npy, ckv.npy, kpe.npy and the w_*.npy weights; stage 09 only) writes y.npy.\n"
-     "A paged decode case (q.npy, k_pages.npy, v_pages.npy, int32 block_table.npy and seq_lens.npy,\n"
-     "optional sinks.npy; stage 11 only) writes o.npy and lse.npy.\n"
+     "depend on it are NaN; a NaN or Inf output from finite inputs gets one warning line per tensor.\n",
      "Exit: 0 ok; 2 bad usage or bad input; 3 the case needs a feature the stage lacks; 77 no CUDA device.\n"},
     {"tour", cmd_tour, "flashlab tour [--device cpu|cuda|all] [--sram BYTES] [--threads N]",
      "Runs every registered implementation, in ladder order, on the golden case golden/cases/tour and\n"
@@ -88,20 +84,18 @@ static const Command commands[] = {
      "precision: float32, or bf16 for stage 12), the max abs error against the golden\n"
      "files, HBM bytes read and written and the extra memory of the forward pass, the median time of 5\n"
      "forward runs (after 1 warm-up, counting off), GFLOP/s (FLOPs as bench --help counts them: halved\n"
-     "for causal, window pairs only, the MLA step's own count), and the lesson.\n"
+     "for causal, window pairs only, a kind's own count for its cases), and the lesson.\n"
      "A stage that ran fwd+bwd gets a second line, 'bwd': HBM bytes and extra memory of the backward\n"
      "pass, and the median time and GFLOP/s (3.5x forward FLOPs) of 5 forward + backward runs.\n"
-     "Stage 09 (MLA) rows run the golden MLA case mla_prefill_t24 instead ('mla' in the checked column;\n"
-     "GFLOP/s from the MLA step's FLOPs, see bench --help).\n"
      "CUDA rows print 'skipped (no CUDA device)' when there is none. --device picks one device\n"
-     "(default all). Exit: 0 all rows passed; 1 a row failed; 2 the tour case cannot be read or no\n"
+     "(default all).\n",
+     "Exit: 0 all rows passed; 1 a row failed; 2 the tour case cannot be read or no\n"
      "stage ran; 77 --device cuda without a CUDA device.\n"},
     {"bench", cmd_bench,
      "flashlab bench [--device cpu|cuda] [--stages 01,02,03] [--T 512,1024,2048,4096] [--B 1] [--H 8]\n"
      "               [--Hkv N] [--Tq N] [--d 64] [--causal] [--window W] [--sink-tokens S] [--sinks]\n"
      "               [--direction fwd|bwd] [--variant V] [--reps N] [--sram BYTES] [--block-r N]\n"
-     "               [--block-c N] [--threads N] [--json] [--page-size N] [--splits N] [--ranks P]\n"
-     "               [--latent M] [--rope-dim P] [--model-dim D] [--q-rank MQ]     (stage 09)",
+     "               [--block-c N] [--threads N] [--json] [--page-size N] [--splits N] [--ranks P]",
      "Times the stages on seeded random problems: q (B, H, Tq, d), k and v (B, Hkv, T, d), d = dv.\n"
      "By default Tq = T and Hkv = H (self-attention); --Tq 1 --Hkv 8 --H 32 is a GQA decode step\n"
      "(stages without the gqa feature then report the row as unsupported). --window W (implies\n"
@@ -123,14 +117,8 @@ static const Command commands[] = {
      "extra memory the larger of the two passes'.\n"
      "FLOPs: 4*B*H*Tq*T*d forward, halved with --causal when Tq = T; with --window, 4*B*H*d per\n"
      "query-key pair the window (and sink tokens) keep; forward + backward 3.5x forward.\n"
-     "Stage 09 (MLA) rows time one MLA step on seeded inputs: x (B, Tq, D), the latent cache ckv (B, T, m)\n"
-     "and kpe (B, T, p), the weights (each N(0, 1/fan-in)); H heads, dh = dv = d, Tq = T unless --Tq;\n"
-     "m, p, D, mq from --latent, --rope-dim (even), --model-dim, --q-rank, default DeepSeek-V2's 512, 64,\n"
-     "5120, 1536. Their FLOPs are the absorbed form's, for both variants: 2 per multiply-add of the\n"
-     "query and output projections and the W_uk / W_uv folds, plus 2 H (2m + p) per query-key pair.\n"
      "Defaults: cpu: every CPU implementation, T = 512,1024,2048,4096, B = 1, H = 8, d = 64, reps 3.\n"
-     "          cuda: every CUDA implementation, T = 1024,4096,16384, B = 4, H = 16, d = 64,128, reps 20.\n"
-     "          (Stage 09 runs only when --stages names it: its problem is not an attention one.)\n"
+     "          cuda: every CUDA implementation, T = 1024,4096,16384, B = 4, H = 16, d = 64,128, reps 20.\n",
      "Exit: 0 ok; 1 a run failed (its row shows why; e.g. out of memory); 2 bad usage; 77 no CUDA\n"
      "device for --device cuda.\n"},
     {"diff", cmd_diff, "flashlab diff [A] B [--docs]",
@@ -141,7 +129,7 @@ static const Command commands[] = {
      "on 08, 11 on 10). A file new in B is shown in full as added lines (diff against /dev/null); a file\n"
      "only in A is named. A and B are stage numbers or folder names (6, 06, 06_backward). A reader that\n"
      "goes away (flashlab diff 07 | head) ends the diff quietly.\n"
-     "Exit: 0 (differences are the point); 2 a stage folder does not exist or diff cannot run.\n"},
+     "Exit: 0 (differences are the point); 2 a stage folder does not exist or diff cannot run.\n", NULL},
     {"exercise", cmd_exercise, "flashlab exercise STAGE DIR",
      "Writes a student copy of STAGE into DIR (a new or empty folder): the stage's .c, .cu and .h files\n"
      "with the lesson taken out as numbered TODO blocks, '// TODO(exercise K/N, stage NN): ...' to\n"
@@ -158,9 +146,26 @@ static const Command commands[] = {
      "build/flashlab_student, which flashlab hands every --variant student* request to).\n"
      "Files are written to a temporary folder beside DIR and renamed to DIR at the end: a failure\n"
      "leaves nothing behind. docs/teaching.md describes the whole course set-up.\n"
-     "Exit: 0 ok; 2 bad usage, an unknown stage, DIR exists and is not empty, or the stage gives no TODO.\n"},
+     "Exit: 0 ok; 2 bad usage, an unknown stage, DIR exists and is not empty, or the stage gives no TODO.\n", NULL},
 };
 #define NCOMMANDS (int)(sizeof commands / sizeof commands[0])
+
+/* The usage lines; bench's end with the options of the kinds' own sizes. */
+static void print_usage(FILE *f, const Command *c, const char *indent)
+{
+    fprintf(f, "%s%s\n", indent, c->usage);
+    if (!strcmp(c->name, "bench"))
+        kind_print_bench_usage(f, "               "); /* under the usage string's own lines */
+}
+
+static void print_command_help(const Command *c)
+{
+    print_usage(stdout, c, "Usage: ");
+    printf("\n%s", c->help);
+    kind_print_help(stdout, c->name);
+    if (c->details)
+        printf("\n%s", c->details);
+}
 
 static void print_main_help(FILE *f)
 {
@@ -168,7 +173,7 @@ static void print_main_help(FILE *f)
             "flashlab — attention from naive to FlashAttention-2, checked against golden files, with\n"
             "HBM-traffic counters.\n\nUsage:\n");
     for (int i = 0; i < NCOMMANDS; i++)
-        fprintf(f, "  %s\n", commands[i].usage);
+        print_usage(f, &commands[i], "  ");
     fprintf(f,
             "\n'flashlab CMD --help' describes one command.\n"
             "Exit codes: 0 ok; 1 a check failed; 2 bad usage or bad input; 3 the stage lacks a feature the\n"
@@ -199,7 +204,7 @@ int main(int argc, char **argv)
         o.direction = KIND_DIR_ANY;
         int rc = parse_options(&o, argc - 2, argv + 2);
         if (rc < 0) {
-            printf("Usage: %s\n\n%s", commands[i].usage, commands[i].help);
+            print_command_help(&commands[i]);
             return FL_OK;
         }
         if (rc != FL_OK)

@@ -2,6 +2,7 @@
  * checked (a number in range, a byte count, a list). Anything else is one line and exit 2. */
 #include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,7 +15,7 @@ typedef enum {
     OPT_BYTES,     /* a byte count: 65536, 64K, 1M */
     OPT_INT_LIST,  /* "512,1024": each in [1, max] */
     OPT_STRING,    /* kept as given */
-    OPT_SPECIAL    /* --device, --direction, --rope-dim: apply_special */
+    OPT_SPECIAL    /* --device, --direction: apply_special */
 } OptionKind;
 
 typedef struct {
@@ -54,10 +55,6 @@ static const OptionSpec option_specs[] = {
     {"--sinks", OPT_FLAG, AT(shape.sinks), 0, 0, "bench"},
     {"--reps", OPT_INT, AT(reps), 1, 100000, "bench"},
     {"--json", OPT_FLAG, AT(json), 0, 0, "check bench"},
-    {"--latent", OPT_INT, AT(shape.latent), 1, 1 << 16, "bench"},
-    {"--rope-dim", OPT_SPECIAL, 0, 0, 0, "bench"},
-    {"--model-dim", OPT_INT, AT(shape.model_dim), 1, 1 << 20, "bench"},
-    {"--q-rank", OPT_INT, AT(shape.q_rank), 1, 1 << 20, "bench"},
 };
 #undef AT
 
@@ -127,7 +124,7 @@ static int parse_int_list(const char *command, const char *name, const char *tex
     return FL_OK;
 }
 
-/* The options whose value is more than a number: --device, --direction, --rope-dim (even). */
+/* The options whose value is more than a number: --device, --direction. */
 static int apply_special(Options *o, const char *name, const char *value)
 {
     const char *cmd = o->command;
@@ -146,10 +143,31 @@ static int apply_special(Options *o, const char *name, const char *value)
         o->direction = !strcmp(value, "fwd") ? DIR_FWD : DIR_BWD;
         return FL_OK;
     }
-    int rc = parse_int(cmd, name, value, 2, 1 << 16, &o->shape.rope_dim); /* --rope-dim */
-    if (rc == FL_OK && o->shape.rope_dim % 2)
-        return usage_error(cmd, "--rope-dim must be even (rotated pairs), got %s", value);
-    return rc;
+    return usage_error(cmd, "unknown option '%s'", name);
+}
+
+/* A bench option of a kind's own sizes (kind.h KindOption): an integer in range, even where the
+ * kind says so, kept by name for the kind's bench_case. */
+static int apply_kind_option(Options *o, const KindOption *opt, const char *value)
+{
+    BenchShape *s = &o->shape;
+    int v, at = 0;
+    int rc = parse_int(o->command, opt->name, value, opt->min, opt->max, &v);
+    if (rc != FL_OK)
+        return rc;
+    if (opt->even && v % 2) {
+        char what[128];
+        snprintf(what, sizeof what, "%s must be even (%s), got %s", opt->name, opt->even, value);
+        return usage_error(o->command, "%s", what);
+    }
+    while (at < s->nkind_sizes && strcmp(s->kind_sizes[at].name, opt->name) != 0)
+        at++;
+    if (at == BENCH_MAX_KIND_SIZES) /* every kind option once: more than there are slots */
+        return usage_error(o->command, "too many size options for the case kinds (%s)", opt->name);
+    s->kind_sizes[at].name = opt->name, s->kind_sizes[at].value = v;
+    if (at == s->nkind_sizes)
+        s->nkind_sizes++;
+    return FL_OK;
 }
 
 static int apply_option(Options *o, const OptionSpec *spec, const char *value)
@@ -197,10 +215,11 @@ int parse_options(Options *o, int argc, char **argv)
         for (size_t s = 0; s < sizeof option_specs / sizeof option_specs[0]; s++)
             if (!strcmp(option_specs[s].name, name) && word_in_list(o->command, option_specs[s].commands))
                 spec = &option_specs[s];
-        if (!spec)
+        const KindOption *kind_opt = !spec && !strcmp(o->command, "bench") ? kind_option(name) : NULL;
+        if (!spec && !kind_opt)
             return usage_error(o->command, "unknown option '%s'", name);
         const char *value = NULL;
-        if (spec->kind != OPT_FLAG) {
+        if (kind_opt || spec->kind != OPT_FLAG) {
             if (eq)
                 value = eq + 1;
             else if (i + 1 < argc)
@@ -210,7 +229,7 @@ int parse_options(Options *o, int argc, char **argv)
         } else if (eq) {
             return usage_error(o->command, "option '%s' takes no value", name);
         }
-        int rc = apply_option(o, spec, value);
+        int rc = kind_opt ? apply_kind_option(o, kind_opt, value) : apply_option(o, spec, value);
         if (rc != FL_OK)
             return rc;
     }
