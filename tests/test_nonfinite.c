@@ -6,11 +6,11 @@
  *   - where the reference is NaN the output must be NaN (no finite value made from a NaN);
  *   - everywhere else the output must match the reference within the stage's tolerance
  *     (common/check.h check_tolerance), so it is finite (or the -inf lse of a row that sees no key);
- *   - except that a CUDA implementation may also give NaN where the reference is finite, but only
+ *   - except that an implementation may also give NaN where the reference is finite, but only
  *     inside the planted NaN's own group: the same sequence b and the same kv head (MLA: the same
- *     sequence). Its kernels mask by multiplying with P = 0, and 0 x NaN is NaN, so a NaN reaches
- *     the rows of its tile that do not keep it. It may never reach another sequence or head group.
- *     The CPU implementations get no such allowance: they are held to the exact form.
+ *     sequence). A tile product masks by multiplying with P = 0, and 0 x NaN is NaN, so a NaN
+ *     reaches the rows of its tile that do not keep it. It may never reach another sequence or
+ *     head group.
  * The same problems with no NaN planted must give outputs that match everywhere: finite inputs,
  * finite outputs.
  *
@@ -46,8 +46,7 @@ typedef struct {
     char run[256];           /* what ran: problem, planted NaN, tiles */
     int runs, failed_runs;
     int shown_runs;         /* runs whose failures were printed */
-    int spread_allowed;     /* CUDA: a NaN may spread inside its group (see the top of the file) */
-    size_t spread_elements; /* elements NaN by that spread, over all runs */
+    size_t spread_elements; /* elements NaN by spread inside the NaN's group, over all runs */
 } Report;
 
 /* The group a NaN was planted in: sequence b and kv head g, -1 where it reaches every one (a
@@ -73,8 +72,7 @@ static int in_group(const size_t idx[4], Axes a, Group plant)
 }
 
 /* Checks n elements of got (named name, of shape dims[0..3], printed as an index) against want:
- * NaN where want is NaN, else element_error <= tol, or (r->spread_allowed) NaN inside the planted
- * NaN's group. Returns the number of wrong elements and prints the first few. */
+ * NaN where want is NaN, else element_error <= tol, or NaN inside the planted NaN's group. Returns the number of wrong elements and prints the first few. */
 static size_t compare(Report *r, const char *name, const float *got, const double *want, size_t n,
                       const int dims[4], Axes axes, Group plant, double tol)
 {
@@ -87,7 +85,7 @@ static size_t compare(Report *r, const char *name, const float *got, const doubl
         }
         if (isnan(want[e]) ? isnan(got[e]) : element_error(got[e], want[e], ERR_ABS_REL) <= tol)
             continue;
-        if (isnan(got[e]) && r->spread_allowed && in_group(idx, axes, plant)) {
+        if (isnan(got[e]) && in_group(idx, axes, plant)) {
             r->spread_elements++;
             continue;
         }
@@ -95,8 +93,7 @@ static size_t compare(Report *r, const char *name, const float *got, const doubl
             fprintf(stderr, "  %s %s[%zu, %zu, %zu, %zu] = %g, reference %g%s\n", r->run, name, idx[0],
                     idx[1], idx[2], idx[3], got[e], want[e],
                     isnan(want[e])  ? " (depends on the NaN: must be NaN)"
-                    : isnan(got[e]) ? (r->spread_allowed ? " (outside the NaN's sequence and kv head: must not be NaN)"
-                                                         : " (does not depend on the NaN: must not be NaN)")
+                    : isnan(got[e]) ? " (outside the NaN's sequence and kv head: must not be NaN)"
                                     : "");
         wrong++;
     }
@@ -430,7 +427,6 @@ static int check_impl(const StageImpl *impl)
     Report r;
     memset(&r, 0, sizeof r);
     r.stage_label = label;
-    r.spread_allowed = impl->device == DEVICE_CUDA;
     const int ring = strcmp(impl->stage, "13") == 0;
     RunOpts base = {0, ring ? 2 : 0, 0};
     int refused_tiles = 0;

@@ -112,35 +112,6 @@ static void mask_tile(Causal c, float *tile, size_t i0, size_t rows, size_t j0, 
             tile[i * n + j] = value;
 }
 
-/* Does a tile (n floats) hold a NaN? (x != x only for a NaN.) */
-static int has_nan(const float *x, size_t n)
-{
-    int any = 0;
-    for (size_t k = 0; k < n; k++)
-        any |= x[k] != x[k];
-    return any;
-}
-
-/* A product of a tile that crosses the diagonal, over the (row, key) pairs the mask keeps only:
- *   by_key = 0:  C (rows, w) += alpha X Y     Y (n, w) one row per key        O += P V,  dQ += dS K
- *   by_key = 1:  C (n, w) += alpha X^T Y      Y (rows, w) one row per query   dV += P^T dO,  dK += dS^T Q
- * X (rows, n) is P or dS. A GEMM multiplies the masked pairs too, whose weight is 0, and
- * 0 · NaN = NaN: a NaN in a value, key, query or dO row would reach rows (keys) that do not see it
- * (docs/conventions.md, "Non-finite values"). The tiles use this instead of the GEMM only when one
- * of them holds a NaN, so finite inputs take the GEMM. */
-static void masked_product(Causal c, size_t i0, size_t rows, size_t j0, size_t n, const float *X, int by_key,
-                           const float *Y, size_t w, float alpha, float *C)
-{
-    for (size_t i = 0; i < rows; i++)
-        for (size_t j = 0; j < (size_t)seen_in_tile(c, (int)(i0 + i), (int)j0, (int)n); j++) {
-            const float x = alpha * X[i * n + j];
-            const float *y = by_key ? Y + i * w : Y + j * w;
-            float *out = by_key ? C + j * w : C + i * w;
-            for (size_t e = 0; e < w; e++)
-                out[e] += x * y[e];
-        }
-}
-
 /* One worker's tiles, all inside its SRAM arena of M bytes. */
 typedef struct {
     float *K, *V;   /* K_j (Bc, d)   V_j (Bc, dv) */
@@ -251,16 +222,12 @@ static void fa2_block(const AttnProblem *p, const Head x, size_t i0, const Tiles
         for (size_t i = 0; i < rows; i++)
             online_softmax_row(s->S + i * n, n, &s->m[i], &s->l[i], &s->alpha[i]);
 
-        // Õ_i = alpha Õ_i + P~ V_j   (rows, dv); a NaN value in a chunk that crosses the diagonal
-        // must reach only the rows that see it: then the product skips the masked pairs
+        // Õ_i = alpha Õ_i + P~ V_j   (rows, dv)
         for (size_t i = 0; i < rows; i++)
             for (size_t c = 0; c < dv; c++)
                 s->O[i * dv + c] *= s->alpha[i];
-        if (crosses(causal, (int)i0, (int)rows, (int)j0, (int)n) && has_nan(s->V, n * dv))
-            masked_product(causal, i0, rows, j0, n, s->S, 0, s->V, dv, 1.0f, s->O);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)dv, (int)n, 1.0f,
-                        s->S, (int)n, s->V, (int)dv, 1.0f, s->O, (int)dv);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)dv, (int)n, 1.0f,
+                    s->S, (int)n, s->V, (int)dv, 1.0f, s->O, (int)dv);
     }
 
     // One rescale: O_i = Õ_i / l_i, lse_i = m_i + log l_i; both written once. A row that saw no
@@ -456,18 +423,9 @@ static void grad_tile(const AttnProblem *p, const Head x, const float *D, size_t
     // P = exp(S - lse_i)   (rows, n), recomputed from the saved lse; 0 above the diagonal
     exp_shifted(s->P, rows * n, 0.0f);
     mask_tile(causal, s->P, i0, rows, j0, n, 0.0f);
-    // A tile that crosses the diagonal and holds a NaN (an input's, or one a row's lse and D carry
-    // from a key it saw before): the three products below skip the masked pairs (masked_product),
-    // so the NaN reaches only the rows and keys that see each other
-    const int exact = crosses(causal, (int)i0, (int)rows, (int)j0, (int)n) &&
-                      (has_nan(s->Q, rows * d) || has_nan(s->dO, rows * dv) || has_nan(s->K, n * d) ||
-                       has_nan(s->V, n * dv) || has_nan(s->lse, rows) || has_nan(s->D, rows));
     // dV_j += P^T dO_i   (n, dv)
-    if (exact)
-        masked_product(causal, i0, rows, j0, n, s->P, 1, s->dO, dv, 1.0f, s->dV);
-    else
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, (int)dv, (int)rows, 1.0f,
-                    s->P, (int)n, s->dO, (int)dv, 1.0f, s->dV, (int)dv);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, (int)dv, (int)rows, 1.0f,
+                s->P, (int)n, s->dO, (int)dv, 1.0f, s->dV, (int)dv);
     // dP - D_i = dO_i V_j^T - D_i   (rows, n): the GEMM adds onto rows preset to -D_i
     for (size_t i = 0; i < rows; i++)
         fill_row(s->dS + i * n, n, -s->D[i]);
@@ -477,18 +435,12 @@ static void grad_tile(const AttnProblem *p, const Head x, const float *D, size_t
     for (size_t k = 0; k < rows * n; k++)
         s->dS[k] *= s->P[k];
     // dK_j += scale * dS^T Q_i   (n, d)
-    if (exact)
-        masked_product(causal, i0, rows, j0, n, s->dS, 1, s->Q, d, p->scale, s->dK);
-    else
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, (int)d, (int)rows, p->scale,
-                    s->dS, (int)n, s->Q, (int)d, 1.0f, s->dK, (int)d);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, (int)d, (int)rows, p->scale,
+                s->dS, (int)n, s->Q, (int)d, 1.0f, s->dK, (int)d);
     // dQ_i += scale * dS K_j   (rows, d): read-modify-write of dQ in HBM
     hbm_load(hbm, s->dQ, x.dq + i0 * d, rows * d);
-    if (exact)
-        masked_product(causal, i0, rows, j0, n, s->dS, 0, s->K, d, p->scale, s->dQ);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)d, (int)n, p->scale,
-                    s->dS, (int)n, s->K, (int)d, 1.0f, s->dQ, (int)d);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)d, (int)n, p->scale,
+                s->dS, (int)n, s->K, (int)d, 1.0f, s->dQ, (int)d);
     hbm_store(hbm, x.dq + i0 * d, s->dQ, rows * d);
 }
 
@@ -595,16 +547,6 @@ static size_t naive_workspace_bytes(const AttnProblem *p, const RunCtx *ctx, Dir
     return dir == DIR_BWD ? 2 * (size_t)p->B * p->Hq * p->Tq * p->Tk * sizeof(float) : 0;
 }
 
-/* Does kv head x hold a NaN in one of the backward's inputs (lse included), with the mask on? Its
- * GEMMs then skip the masked pairs (masked_product over the whole head as one tile): the masked P
- * and dS are 0, and 0 · NaN = NaN would reach rows and keys that do not see the NaN. */
-static int head_exact(const AttnProblem *p, const Head *x)
-{
-    const size_t R = packed_rows(p), Tk = p->Tk;
-    return p->causal && (has_nan(x->q, R * p->d) || has_nan(x->dout, R * p->dv) ||
-                         has_nan(x->k, Tk * p->d) || has_nan(x->v, Tk * p->dv) || has_nan(x->lse, R));
-}
-
 /* Seven passes over whole tensors, each counted where it happens (as in stage 01). A GEMM's "head"
  * is a kv head with its R packed rows, so dV = P^T dO and dK = dS^T Q sum over the group. */
 static int naive_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
@@ -645,11 +587,6 @@ static int naive_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlE
     // Pass 3: dV = P^T dO   (Tk, dv) per head
     for (size_t bh = 0; bh < heads; bh++) {
         const Head x = head_slices(p, t, bh);
-        if (head_exact(p, &x)) {
-            memset(x.dv, 0, Tk * dv * sizeof(float));
-            masked_product(causal, 0, R, 0, Tk, P + bh * TT, 1, x.dout, dv, 1.0f, x.dv);
-            continue;
-        }
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)Tk, (int)dv, (int)R, 1.0f,
                     P + bh * TT, (int)Tk, x.dout, (int)dv, 0.0f, x.dv, (int)dv);
     }
@@ -681,11 +618,6 @@ static int naive_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlE
     // Pass 6: dQ = scale * dS K   (R, d) per head
     for (size_t bh = 0; bh < heads; bh++) {
         const Head x = head_slices(p, t, bh);
-        if (head_exact(p, &x)) {
-            memset(x.dq, 0, R * d * sizeof(float));
-            masked_product(causal, 0, R, 0, Tk, dP + bh * TT, 0, x.k, d, p->scale, x.dq);
-            continue;
-        }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)R, (int)d, (int)Tk, p->scale,
                     dP + bh * TT, (int)Tk, x.k, (int)d, 0.0f, x.dq, (int)d);
     }
@@ -695,11 +627,6 @@ static int naive_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlE
     // Pass 7: dK = scale * dS^T Q   (Tk, d) per head
     for (size_t bh = 0; bh < heads; bh++) {
         const Head x = head_slices(p, t, bh);
-        if (head_exact(p, &x)) {
-            memset(x.dk, 0, Tk * d * sizeof(float));
-            masked_product(causal, 0, R, 0, Tk, dP + bh * TT, 1, x.q, d, p->scale, x.dk);
-            continue;
-        }
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)Tk, (int)d, (int)R, p->scale,
                     dP + bh * TT, (int)Tk, x.q, (int)d, 0.0f, x.dk, (int)d);
     }

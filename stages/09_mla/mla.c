@@ -213,15 +213,6 @@ static int tiles_alloc(SramArena *a, const MlaProblem *p, const Blocking *b, Til
     return s->Ql && s->Qp && s->Kc && s->Kp && s->O && s->S && s->mx && s->l && s->alpha;
 }
 
-/* Does a tile (n floats) hold a NaN? (x != x only for a NaN.) */
-static int has_nan(const float *x, size_t n)
-{
-    int any = 0;
-    for (size_t k = 0; k < n; k++)
-        any |= x[k] != x[k];
-    return any;
-}
-
 /* Online softmax of one row of n scores, unnormalised (stage 05): a <- exp(a - m_new),
  * l <- exp(m - m_new) l + rowsum a, *alpha = exp(m - m_new). Every row sees >= 1 key (Tq <= Tk). */
 static void online_softmax_row(float *a, size_t n, float *m, float *l, float *alpha)
@@ -274,21 +265,9 @@ static void latent_block(const MlaProblem *p, const AbsorbedBuffers *w, size_t b
             for (size_t c = 0; c < m; c++)
                 s->O[i * m + c] *= s->alpha[i];
         }
-        // Õ += P~ Kc: the same tile, now as values   (rows, m). A tile with a NaN in the cache that
-        // some of its rows do not see (past their position) adds key by key over the keys each
-        // row sees: the GEMM would multiply the masked P = 0 by the NaN, and 0 · NaN = NaN
-        const size_t fewest = (size_t)keys_seen(p->causal, (int)r0, p->H, p->Tq, p->Tk); /* row 0 sees least */
-        if (fewest < j0 + n && has_nan(s->Kc, n * m)) {
-            for (size_t i = 0; i < rows; i++) {
-                const size_t seen = (size_t)keys_seen(p->causal, (int)(r0 + i), p->H, p->Tq, p->Tk);
-                for (size_t j = 0; j0 + j < seen && j < n; j++)
-                    for (size_t c = 0; c < m; c++)
-                        s->O[i * m + c] += s->S[i * n + j] * s->Kc[j * m + c];
-            }
-        } else {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)m, (int)n, 1.0f, s->S, (int)n,
-                        s->Kc, (int)m, 1.0f, s->O, (int)m);
-        }
+        // Õ += P~ Kc: the same tile, now as values   (rows, m)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)m, (int)n, 1.0f, s->S, (int)n, s->Kc,
+                    (int)m, 1.0f, s->O, (int)m);
     }
     for (size_t i = 0; i < rows; i++) /* O = Õ / l: a loop for the same reason as above */
         for (size_t c = 0; c < m; c++)

@@ -183,41 +183,6 @@ static long keys_end(const AttnProblem *p, size_t i)
     return e < 0 ? 0 : e;
 }
 
-/* Does a tile (n floats) hold a NaN? (x != x only for a NaN.) */
-static int has_nan(const float *x, size_t n)
-{
-    int any = 0;
-    for (size_t k = 0; k < n; k++)
-        any |= x[k] != x[k];
-    return any;
-}
-
-/* Does the tile of query rows [i0, i0 + rows) and keys [j0, j0 + n) cross the diagonal, i.e. does
- * its first row (which sees the fewest keys) miss one of its keys? */
-static int crosses(const AttnProblem *p, size_t i0, size_t j0, size_t n)
-{
-    return keys_end(p, i0) < (long)(j0 + n);
-}
-
-/* A product of a tile that crosses the diagonal, over the (row, key) pairs the mask keeps only:
- *   by_key = 0:  C (rows, w) += alpha X Y     Y (n, w) one row per key        O += P V,  dQ += dS K
- *   by_key = 1:  C (n, w) += alpha X^T Y      Y (rows, w) one row per query   dV += P^T dO,  dK += dS^T Q
- * X (rows, n) is P or dS. A GEMM multiplies the masked pairs too, whose weight is 0, and
- * 0 · NaN = NaN: a NaN would reach rows (keys) that do not see it (docs/conventions.md,
- * "Non-finite values"). Used instead of the GEMM only when a tile holds a NaN. */
-static void masked_product(const AttnProblem *p, size_t i0, size_t rows, size_t j0, size_t n, const float *X,
-                           int by_key, const float *Y, size_t w, float alpha, float *C)
-{
-    for (size_t i = 0; i < rows; i++)
-        for (size_t j = 0; (long)(j0 + j) < keys_end(p, i0 + i) && j < n; j++) {
-            const float x = alpha * X[i * n + j];
-            const float *y = by_key ? Y + i * w : Y + j * w;
-            float *out = by_key ? C + j * w : C + i * w;
-            for (size_t e = 0; e < w; e++)
-                out[e] += x * y[e];
-        }
-}
-
 /* Online softmax of one row of scores (n keys) against the running m, l; see stage 05. */
 static void online_softmax_row(float *a, size_t n, float *m, float *l, float *alpha)
 {
@@ -295,11 +260,8 @@ static void chunk_pair(const AttnProblem *p, AttnTensors *t, size_t bh, Rows q, 
                 for (size_t c = 0; c < dv; c++)
                     s->O[i * dv + c] *= s->alpha[i];
             }
-            if (crosses(p, i0, j0, n) && has_nan(s->V, n * dv)) /* a NaN value reaches only its rows */
-                masked_product(p, i0, rows, j0, n, s->S, 0, s->V, dv, 1.0f, s->O);
-            else
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)dv, (int)n, 1.0f, s->S,
-                            (int)n, s->V, (int)dv, 1.0f, s->O, (int)dv);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)dv, (int)n, 1.0f, s->S,
+                        (int)n, s->V, (int)dv, 1.0f, s->O, (int)dv);
         }
         for (size_t i = 0; i < rows; i++) { /* this step's O_s = Õ / l, lse_s = m + log l */
             const int empty = s->l[i] == 0.0f;
@@ -355,15 +317,10 @@ static int grad_tiles_alloc(SramArena *a, const AttnProblem *p, const Blocking *
 
 /* The gradients of one query tile [i0, i0 + rows) against key tile [j0, j0 + n) (in the tiles):
  *   P = exp(scale Q K^T - lse) (0 past each row's keys), dV += P^T dO, dP = dO V^T,
- *   dS = P ∘ (dP - D), dK += scale dS^T Q, dQ += scale dS K.
- * A tile that crosses the diagonal and holds a NaN (an input's, or one a row's lse and D carry)
- * takes the products over the pairs the mask keeps only (masked_product). */
+ *   dS = P ∘ (dP - D), dK += scale dS^T Q, dQ += scale dS K. */
 static void grad_tile(const AttnProblem *p, size_t i0, size_t rows, size_t j0, size_t n, const GradTiles *s)
 {
     const int d = p->d, dv = p->dv;
-    const int exact = crosses(p, i0, j0, n) &&
-                      (has_nan(s->Q, rows * d) || has_nan(s->dO, rows * dv) || has_nan(s->K, n * d) ||
-                       has_nan(s->V, n * dv) || has_nan(s->lse, rows) || has_nan(s->D, rows));
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)n, d, p->scale, s->Q, d, s->K, d, 0.0f,
                 s->P, (int)n);
     for (size_t i = 0; i < rows; i++) {
@@ -372,11 +329,8 @@ static void grad_tile(const AttnProblem *p, size_t i0, size_t rows, size_t j0, s
             s->P[i * n + j] = (long)(j0 + j) >= end || s->lse[i] == -INFINITY ? 0.0f
                                                                                 : expf(s->P[i * n + j] - s->lse[i]);
     }
-    if (exact)
-        masked_product(p, i0, rows, j0, n, s->P, 1, s->dO, dv, 1.0f, s->dV);
-    else
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, dv, (int)rows, 1.0f, s->P, (int)n, s->dO, dv,
-                    1.0f, s->dV, dv);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, dv, (int)rows, 1.0f, s->P, (int)n, s->dO, dv, 1.0f,
+                s->dV, dv);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)n, dv, 1.0f, s->dO, dv, s->V, dv, 0.0f,
                 s->dP, (int)n);
     /* exercise: begin — dS = P ∘ (dP - D), in place of P (check 13 --ranks 2: dq and dk of the backward cases) */
@@ -384,11 +338,6 @@ static void grad_tile(const AttnProblem *p, size_t i0, size_t rows, size_t j0, s
         for (size_t j = 0; j < n; j++)
             s->P[i * n + j] *= s->dP[i * n + j] - s->D[i];
     /* exercise: end */
-    if (exact) {
-        masked_product(p, i0, rows, j0, n, s->P, 1, s->Q, d, p->scale, s->dK);
-        masked_product(p, i0, rows, j0, n, s->P, 0, s->K, d, p->scale, s->dQ);
-        return;
-    }
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, d, (int)rows, p->scale, s->P, (int)n, s->Q, d, 1.0f,
                 s->dK, d);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, d, (int)n, p->scale, s->P, (int)n, s->K, d,
