@@ -8,8 +8,9 @@ same machine code, so equal hashes mean the same speed, shown without a GPU.
 
 Compiles as the build does (-O3, -DNDEBUG, compute_90; CUDA_ARCH=80 for another) but without
 -lineinfo, so moved lines do not count. Names are demangled with c++filt and stripped of the
-per-file anonymous namespace, and a function's own mangled name inside its body (its parameter
-names) is replaced by one placeholder, so moving a type out of `namespace {` changes nothing.
+per-file anonymous namespace, a function's own mangled name inside its body (its parameter names)
+is replaced by one placeholder, and block labels lose the function's index in the file, so moving
+a type out of `namespace {` or removing another function changes nothing.
 Needs nvcc and c++filt (binutils); no GPU.
 """
 import hashlib
@@ -63,6 +64,7 @@ def digest(src, arch):
     for mangled, body in funcs:
         body = body.replace(mangled, "F")
         body = re.sub(r"_GLOBAL__N__\w+?_cu_[0-9a-f]+", "ANON", body)
+        body = re.sub(r"\$L__BB\d+_", "$L__BB_", body)  # block labels carry the function's index in the file
         rows.append((names[mangled], hashlib.md5(body.encode()).hexdigest()[:16]))
     return sorted(rows)
 
