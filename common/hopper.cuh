@@ -1,0 +1,185 @@
+/* hopper.cuh — the Hopper (sm_90a) plumbing that stage 14 is built on, once, in plain CUDA C with
+ * inline PTX: no CUTLASS, no CuTe. Four pieces, each small:
+ *
+ *   mbarrier   a 64-bit barrier in shared memory that counts arriving threads *and* bytes still in
+ *              flight ("transaction count"). A TMA copy names a barrier and decrements its count
+ *              as bytes land; a consumer waits on the barrier's phase bit (parity) flipping.
+ *   TMA        the Tensor Memory Accelerator: one thread issues a bulk copy of a whole tile
+ *              (a "box") of a 2-D global tensor into shared memory, described once on the host by
+ *              a CUtensorMap (built with cuTensorMapEncodeTiled, reached through the runtime's
+ *              driver entry point, so no -lcuda).
+ *   wgmma      warpgroup MMA: the 4 warps (128 threads) of a warpgroup together compute
+ *              D (64 x N, float32) += A (64 x 16, bf16) B (16 x N, bf16) with A and B read straight
+ *              from shared memory through 64-bit "matrix descriptors", asynchronously: issue, then
+ *              commit a group and wait for it.
+ *   setmaxnreg a warpgroup hands registers back (producer) or takes more (consumers).
+ *
+ * Shared-memory layout used here (no swizzle, "K-major": K contiguous). wgmma reads its operands
+ * as 8 x 8 "core matrices" of bf16 (8 rows of 16 bytes, stored as one contiguous 128-byte block).
+ * A tile of R rows and K columns is stored as K/8 slabs, slab s holding columns 8s..8s+7 of all R
+ * rows, row after row: element (r, k) at byte ((k / 8) * R + r) * 16 + (k % 8) * 2. Then
+ *   - core matrices next to each other along R are 128 bytes apart (the "stride byte offset"),
+ *   - core matrices next to each other along K are R * 16 bytes apart (the "leading byte offset"),
+ * and one TMA box of 8 columns x R rows fills exactly one slab. (The 128-byte swizzle that the
+ * fast kernels use is a later step; its layout differs only in these offsets and the mode bits.)
+ *
+ * Everything here needs sm_90a (`-arch=sm_90a`, CMAKE_CUDA_ARCHITECTURES 90a): wgmma and setmaxnreg
+ * exist only on the architecture-specific target. */
+#ifndef FLASHLAB_HOPPER_CUH
+#define FLASHLAB_HOPPER_CUH
+
+#include <cuda.h> /* CUtensorMap and its enums (types only: nothing links against libcuda) */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+#include <stdint.h>
+
+#include "error.h"
+
+// ---- shared-memory addresses -----------------------------------------------------------------------
+
+// The 32-bit shared-memory address of a generic pointer into shared memory (what PTX's
+// .shared::cta operands take).
+__device__ __forceinline__ uint32_t smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// ---- mbarrier --------------------------------------------------------------------------------------
+
+// Initialises the barrier at bar for `count` arriving threads per phase. One thread calls it; then
+// fence_barrier_init() and a __syncthreads() make it visible to the other threads and to TMA.
+__device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+// Makes barrier initialisations visible to the asynchronous proxy (the TMA unit).
+__device__ __forceinline__ void fence_barrier_init()
+{
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// This thread arrives on bar and announces `bytes` more bytes that copies will deliver in this
+// phase: the phase completes when every thread has arrived and all the bytes have landed.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+
+// This thread arrives on bar (a consumer telling the producer that a buffer is free).
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// Waits until the phase with parity `phase` (0, 1, 0, ... for successive phases) of bar is complete.
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t phase)
+{
+    uint32_t done = 0;
+    while (!done)
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(smem_addr(bar)), "r"(phase)
+                     : "memory");
+}
+
+// ---- TMA ---------------------------------------------------------------------------------------------
+
+// Copies the box at coordinates (x = column, y = row) of the tensor described by map into shared
+// memory at dst; the bytes are counted on bar (its expect_tx must include them). One thread issues
+// it. map must live in global, constant or kernel-parameter memory (a __grid_constant__ argument).
+__device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, int x, int y, uint64_t *bar)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];" ::"r"(smem_addr(dst)),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar))
+                 : "memory");
+}
+
+// A tensor map for a row-major bf16 matrix of `rows` x `cols` at base (cols * 2 bytes a row, a
+// multiple of 16) whose boxes are box_cols x box_rows (box_cols * 2 bytes a multiple of 16), no
+// swizzle; reads outside the matrix fill zeros. FL_BAD_INPUT with the driver's status when the
+// driver refuses it.
+static inline int tma_map_bf16_2d(CUtensorMap *map, const void *base, uint64_t rows, uint64_t cols,
+                                  uint32_t box_rows, uint32_t box_cols, FlError *err)
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 encode;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult found;
+        void *fn = NULL;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+                cudaSuccess ||
+            found != cudaDriverEntryPointSuccess || !fn)
+            return fl_fail(err, FL_BAD_INPUT, "TMA: the driver has no cuTensorMapEncodeTiled (CUDA 12.0+ needed)");
+        encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    }
+    const cuuint64_t dims[2] = {cols, rows};             // innermost first
+    const cuuint64_t strides[1] = {cols * 2};            // bytes between rows
+    const cuuint32_t box[2] = {box_cols, box_rows};
+    const cuuint32_t element_strides[2] = {1, 1};
+    const CUresult rc = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(base), dims, strides,
+                               box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                               CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (rc != CUDA_SUCCESS)
+        return fl_fail(err, FL_BAD_INPUT, "TMA: cuTensorMapEncodeTiled refused a %llu x %llu box %u x %u (status %d)",
+                       (unsigned long long)rows, (unsigned long long)cols, box_rows, box_cols, (int)rc);
+    return FL_OK;
+}
+
+// ---- wgmma -------------------------------------------------------------------------------------------
+
+// The matrix descriptor of a K-major, unswizzled operand tile whose first core matrix is at p
+// (layout at the top of this file): start address, leading byte offset (next core matrix along K)
+// and stride byte offset (next core matrix along M or N), each in 16-byte units; swizzle mode 0.
+__device__ __forceinline__ uint64_t wgmma_desc(const void *p, uint32_t lead_bytes, uint32_t stride_bytes)
+{
+    uint64_t d = 0;
+    d |= (uint64_t)((smem_addr(p) & 0x3FFFF) >> 4);
+    d |= (uint64_t)((lead_bytes >> 4) & 0x3FFF) << 16;
+    d |= (uint64_t)((stride_bytes >> 4) & 0x3FFF) << 32;
+    return d;
+}
+
+// Orders this thread's register writes to the accumulators before the warpgroup's next wgmma.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+// Closes the group of wgmmas issued so far.
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+// Waits until at most N committed groups are still running.
+template <int N> __device__ __forceinline__ void wgmma_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// D (64 x 64, float32) = A B^T (+ D when accumulate), A (64 x 16) and B (64 x 16) bf16, both
+// K-major in shared memory (descriptors a, b). The warpgroup's 128 threads each hold 32 floats of D:
+// thread t of warp w, with g = (t % 32) / 4 and q = t % 4, holds for j = 0..7
+//   d[4j + 0], d[4j + 1]   row 16 w + g,     columns 8 j + 2 q, 8 j + 2 q + 1
+//   d[4j + 2], d[4j + 3]   row 16 w + g + 8, the same columns
+// (the mma.sync m16n8 C fragment of mma.cuh, repeated over 8 column blocks and 4 warps).
+__device__ __forceinline__ void wgmma_m64n64k16_bf16(float d[32], uint64_t a, uint64_t b, int accumulate)
+{
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %34, 0;\n\t"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "%32, %33, p, 1, 1, 0, 0;\n\t}"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// ---- register reallocation -----------------------------------------------------------------------
+
+// The warpgroup gives back registers down to N per thread (a producer that only issues TMA copies).
+template <int N> __device__ __forceinline__ void regs_release() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N)); }
+// The warpgroup asks for N registers per thread (consumers holding accumulators).
+template <int N> __device__ __forceinline__ void regs_acquire() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N)); }
+
+#endif
