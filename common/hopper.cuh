@@ -20,7 +20,13 @@
  * rows, row after row: element (r, k) at byte ((k / 8) * R + r) * 16 + (k % 8) * 2. Then
  *   - core matrices next to each other along R are 128 bytes apart (the "stride byte offset"),
  *   - core matrices next to each other along K are R * 16 bytes apart (the "leading byte offset"),
- * and one TMA box of 8 columns x R rows fills exactly one slab. (The 128-byte swizzle that the
+ * and one TMA box of 8 columns x R rows fills exactly one slab.
+ * The same slabs serve an operand that wgmma must read "MN-major" (transposed: V in O = P V, whose
+ * K dimension is the keys, V's rows). A core matrix is then 8 keys of 8 contiguous columns, again
+ * one 128-byte block of a slab, and the two offsets keep their meaning along K and along N: the
+ * leading offset (next 8 keys) is 128 bytes, the stride offset (next 8 columns, the next slab) is
+ * R * 16 bytes. tests/test_hopper_plumbing.cu checks both forms on the GPU, and that the offsets
+ * swapped give a wrong product. (The 128-byte swizzle that the
  * fast kernels use is a later step; its layout differs only in these offsets and the mode bits.)
  *
  * Everything here needs sm_90a (`-arch=sm_90a`, CMAKE_CUDA_ARCHITECTURES 90a): wgmma and setmaxnreg
@@ -100,12 +106,34 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, i
                  : "memory");
 }
 
+// The same for a 3-D tensor: box at (x = column, y = row, z = matrix). Stage 14 views q, k, v as
+// (B * H) matrices of T rows, so a box that runs past row T of its head is zero-filled instead of
+// reading the next head's rows.
+__device__ __forceinline__ void tma_load_3d(void *dst, const CUtensorMap *map, int x, int y, int z, uint64_t *bar)
+{
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(smem_addr(dst)),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(smem_addr(bar))
+                 : "memory");
+}
+
 // A tensor map for a row-major bf16 matrix of `rows` x `cols` at base (cols * 2 bytes a row, a
 // multiple of 16) whose boxes are box_cols x box_rows (box_cols * 2 bytes a multiple of 16), no
 // swizzle; reads outside the matrix fill zeros. FL_BAD_INPUT with the driver's status when the
 // driver refuses it.
+static inline int tma_map_bf16(CUtensorMap *map, const void *base, uint64_t mats, uint64_t rows, uint64_t cols,
+                               uint32_t box_rows, uint32_t box_cols, FlError *err);
+
 static inline int tma_map_bf16_2d(CUtensorMap *map, const void *base, uint64_t rows, uint64_t cols,
                                   uint32_t box_rows, uint32_t box_cols, FlError *err)
+{
+    return tma_map_bf16(map, base, 0, rows, cols, box_rows, box_cols, err);
+}
+
+// A 3-D tensor map: `mats` row-major matrices of rows x cols, one after the other (boxes of one
+// matrix at a time); mats = 0 makes the 2-D map above.
+static inline int tma_map_bf16(CUtensorMap *map, const void *base, uint64_t mats, uint64_t rows, uint64_t cols,
+                               uint32_t box_rows, uint32_t box_cols, FlError *err)
 {
     static PFN_cuTensorMapEncodeTiled_v12000 encode;
     if (!encode) {
@@ -117,11 +145,12 @@ static inline int tma_map_bf16_2d(CUtensorMap *map, const void *base, uint64_t r
             return fl_fail(err, FL_BAD_INPUT, "TMA: the driver has no cuTensorMapEncodeTiled (CUDA 12.0+ needed)");
         encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
     }
-    const cuuint64_t dims[2] = {cols, rows};             // innermost first
-    const cuuint64_t strides[1] = {cols * 2};            // bytes between rows
-    const cuuint32_t box[2] = {box_cols, box_rows};
-    const cuuint32_t element_strides[2] = {1, 1};
-    const CUresult rc = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(base), dims, strides,
+    const cuuint32_t rank = mats ? 3 : 2;
+    const cuuint64_t dims[3] = {cols, rows, mats};          // innermost first
+    const cuuint64_t strides[2] = {cols * 2, rows * cols * 2}; // bytes between rows, between matrices
+    const cuuint32_t box[3] = {box_cols, box_rows, 1};
+    const cuuint32_t element_strides[3] = {1, 1, 1};
+    const CUresult rc = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void *>(base), dims, strides,
                                box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
                                CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (rc != CUDA_SUCCESS)
@@ -173,6 +202,27 @@ __device__ __forceinline__ void wgmma_m64n64k16_bf16(float d[32], uint64_t a, ui
                    "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
                    "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// D (64 x 64, float32) (+)= A B, A (64 x 16, bf16) from registers, B (16 x 64, bf16) in shared
+// memory "MN-major" (its 64 columns contiguous, as V's rows are: descriptor b with the
+// transpose bit set). A's four registers per thread are the mma.sync m16n8k16 A fragment of rows
+// 16 w .. 16 w + 15 (mma.cuh): a0 (row g, k 2q..2q+1), a1 (row g+8, same k), a2 (row g,
+// k 2q+8..2q+9), a3 (row g+8, same k). Two neighbouring 8-column blocks of a D accumulator above
+// hold exactly such a fragment: that is how P goes from S = Q K^T into O += P V in registers.
+__device__ __forceinline__ void wgmma_m64n64k16_bf16_rs(float d[32], const uint32_t a[4], uint64_t b, int accumulate)
+{
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %37, 0;\n\t"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n\t}"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
 }
 
 // ---- register reallocation -----------------------------------------------------------------------

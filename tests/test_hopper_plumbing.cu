@@ -6,6 +6,12 @@
  * accumulator layout. Checked against a float64 product of the same bf16 values: every element
  * within 1e-3 relative (float32 accumulation of 64 products).
  *
+ * Then the other form the attention kernels need, O = P V: A (64 x 64) from registers in the
+ * mma.sync A-fragment layout, B = V (keys x 64) "MN-major" (V's rows, columns contiguous), loaded
+ * by 3-D TMA boxes from the second of two 40-row matrices, so keys 40..63 of the box must arrive as
+ * zeros: C2 = P[:, :40] V[1]. The MN-major descriptor is tried with its two byte offsets in both
+ * orders, and the test says which order the hardware takes (only the documented one may match).
+ *
  * A wrong descriptor offset, slab address or fragment layout gives wrong elements, and the test
  * names the first. Exit 0 pass, 1 wrong, 2 a CUDA or driver error, 77 no compute-capability-9.0
  * device. */
@@ -65,6 +71,60 @@ __global__ void __launch_bounds__(128) abt_kernel(const __grid_constant__ CUtens
     }
 }
 
+enum { V_ROWS = 40 }; // rows of each of V's two matrices: a 64-row box runs 24 rows past the end
+
+struct PvTiles {
+    alignas(128) __nv_bfloat16 v[SLABS][K][8]; // V (keys x 64 columns) as 8 slabs of 8 columns
+    alignas(8) uint64_t full;
+};
+
+// C2 = P V: p (64 x 64 bf16, row-major) from global straight into A fragments, V through TMA.
+// lead / stride: the descriptor's byte offsets for the MN-major V tile.
+__global__ void __launch_bounds__(128) pv_kernel(const __grid_constant__ CUtensorMap map_v, const __nv_bfloat16 *p,
+                                                 float *c, uint32_t lead, uint32_t stride)
+{
+    __shared__ PvTiles t;
+    const int tid = threadIdx.x;
+    if (tid == 0) {
+        mbar_init(&t.full, 1);
+        fence_barrier_init();
+    }
+    __syncthreads();
+    if (tid == 0) {
+        mbar_arrive_expect_tx(&t.full, K * N * sizeof(__nv_bfloat16)); // the zero-filled rows count too
+        for (int s = 0; s < SLABS; s++)
+            tma_load_3d(&t.v[s][0][0], &map_v, 8 * s, 0, 1, &t.full);
+    }
+    mbar_wait(&t.full, 0);
+
+    const int w = tid / 32, g = (tid % 32) / 4, q = tid % 4, r0 = 16 * w + g;
+    const auto pair = [&](int row, int col) { // two bf16 of P along k, packed as the fragment wants
+        __nv_bfloat162 x;
+        x.x = p[row * K + col];
+        x.y = p[row * K + col + 1];
+        return *reinterpret_cast<uint32_t *>(&x);
+    };
+    float d[32];
+    for (int i = 0; i < 32; i++)
+        d[i] = 0.0f;
+    wgmma_fence();
+    for (int k16 = 0; k16 < K / 16; k16++) {
+        const int k0 = 16 * k16 + 2 * q;
+        const uint32_t a[4] = {pair(r0, k0), pair(r0 + 8, k0), pair(r0, k0 + 8), pair(r0 + 8, k0 + 8)};
+        // keys 16 k16 .. 16 k16 + 15: two core matrices along K in every slab, starting at key row 16 k16
+        wgmma_m64n64k16_bf16_rs(d, a, wgmma_desc(&t.v[0][16 * k16][0], lead, stride), k16 > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    for (int j = 0; j < 8; j++) {
+        const int col = 8 * j + 2 * q;
+        c[r0 * N + col] = d[4 * j + 0];
+        c[r0 * N + col + 1] = d[4 * j + 1];
+        c[(r0 + 8) * N + col] = d[4 * j + 2];
+        c[(r0 + 8) * N + col + 1] = d[4 * j + 3];
+    }
+}
+
 static int cuda_ok(cudaError_t e, const char *what)
 {
     if (e == cudaSuccess)
@@ -121,7 +181,51 @@ int main(void)
                     fprintf(stderr, "test_hopper_plumbing: C[%d][%d] = %g, want %g\n", i, j, got, want);
             }
         }
-    printf("test_hopper_plumbing: TMA + mbarrier + wgmma m64n64k16: %d of %d elements wrong\n", wrong, M * N);
-    cudaFree(da), cudaFree(db), cudaFree(dc);
-    return wrong ? 1 : 0;
+    printf("test_hopper_plumbing: TMA + mbarrier + wgmma m64n64k16 (A, B in shared memory): %d of %d elements wrong\n",
+           wrong, M * N);
+
+    // ---- O = P V: A from registers, MN-major B, 3-D TMA with zero fill ----
+    static __nv_bfloat16 hp[M * K], hv[2 * V_ROWS * N];
+    for (int i = 0; i < M * K; i++)
+        hp[i] = __float2bfloat16((float)(rand() % 9) / 8.0f);
+    for (int i = 0; i < 2 * V_ROWS * N; i++)
+        hv[i] = __float2bfloat16((float)(rand() % 11 - 5) / 4.0f);
+    __nv_bfloat16 *dp = NULL, *dv = NULL;
+    if (!cuda_ok(cudaMalloc(&dp, sizeof hp), "cudaMalloc") || !cuda_ok(cudaMalloc(&dv, sizeof hv), "cudaMalloc") ||
+        !cuda_ok(cudaMemcpy(dp, hp, sizeof hp, cudaMemcpyHostToDevice), "copy P") ||
+        !cuda_ok(cudaMemcpy(dv, hv, sizeof hv, cudaMemcpyHostToDevice), "copy V"))
+        return 2;
+    CUtensorMap map_v;
+    if (tma_map_bf16(&map_v, dv, 2, V_ROWS, N, K, 8, &err) != FL_OK) {
+        fprintf(stderr, "test_hopper_plumbing: %s\n", err.msg);
+        return 2;
+    }
+    // The documented order for MN-major: leading offset = next core matrix along K (keys, 128 B
+    // on), stride offset = next along N (the next 8-column slab, K * 16 B on). Then swapped.
+    const uint32_t orders[2][2] = {{128, K * 16}, {K * 16, 128}};
+    int wrong_pv[2];
+    for (int o = 0; o < 2; o++) {
+        if (!cuda_ok(cudaMemset(dc, 0xff, M * N * sizeof(float)), "poison C"))
+            return 2;
+        pv_kernel<<<1, 128>>>(map_v, dp, dc, orders[o][0], orders[o][1]);
+        if (!cuda_ok(cudaGetLastError(), "launch") || !cuda_ok(cudaDeviceSynchronize(), "pv_kernel") ||
+            !cuda_ok(cudaMemcpy(hc, dc, sizeof hc, cudaMemcpyDeviceToHost), "copy C"))
+            return 2;
+        wrong_pv[o] = 0;
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                double want = 0.0;
+                for (int k = 0; k < V_ROWS; k++)
+                    want += (double)__bfloat162float(hp[i * K + k]) * (double)__bfloat162float(hv[(V_ROWS + k) * N + j]);
+                const float got = hc[i * N + j];
+                if (!(fabs(got - want) <= 1e-3 * fabs(want) + 1e-3) && wrong_pv[o]++ < 3 && o == 0)
+                    fprintf(stderr, "test_hopper_plumbing: P V [%d][%d] = %g, want %g\n", i, j, got, want);
+            }
+        printf("test_hopper_plumbing: wgmma m64n64k16 P V (A in registers, MN-major B, leading %u B, stride %u B): "
+               "%d of %d elements wrong\n", orders[o][0], orders[o][1], wrong_pv[o], M * N);
+    }
+    cudaFree(da), cudaFree(db), cudaFree(dc), cudaFree(dp), cudaFree(dv);
+    if (wrong_pv[1] == 0) // the swapped offsets must not pass too, or the check above proves nothing
+        fprintf(stderr, "test_hopper_plumbing: the swapped MN-major offsets gave the right product as well\n");
+    return wrong || wrong_pv[0] || wrong_pv[1] == 0 ? 1 : 0;
 }
