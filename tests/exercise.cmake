@@ -29,8 +29,12 @@ foreach(var CMAKE_C_COMPILER CMAKE_CUDA_COMPILER CMAKE_PREFIX_PATH BLAS_LIBRARIE
   endif()
 endforeach()
 
-# Stages without an exercise (none at present; a stage listed here is passed over).
+# Stages without an exercise (none at present; a stage listed here is passed over), and stages
+# whose CUDA side has none yet: stage 14's kernels build for sm_90a only, and its exercise on the
+# GPU (the mbarrier hand-off, the softmax overlap) comes with its Hopper backward (issue 26). Its CPU
+# exercise is stage 12's reference, as for stage 12.
 set(exercise_none)
+set(exercise_no_cuda 14)
 
 if(NOT FLASHLAB_SANITIZE)
   file(GLOB exercise_stage_dirs LIST_DIRECTORIES true ${PROJECT_SOURCE_DIR}/stages/[0-9][0-9]_*)
@@ -52,7 +56,7 @@ if(NOT FLASHLAB_SANITIZE)
                            RESOURCE_LOCK exercise_scratch_cpu)
     endif()
     get_property(no_cuda GLOBAL PROPERTY FLASHLAB_NO_CUDA_${number})
-    if(cu_files AND FLASHLAB_HAVE_CUDA AND NOT no_cuda)
+    if(cu_files AND FLASHLAB_HAVE_CUDA AND NOT no_cuda AND NOT number IN_LIST exercise_no_cuda)
       add_test(NAME stage${folder}_exercise_cuda
                COMMAND ${exercise_script} $<TARGET_FILE:flashlab> ${PROJECT_SOURCE_DIR}
                        ${exercise_scratch}/cuda ${number} cuda

@@ -107,13 +107,15 @@ __global__ void __launch_bounds__(128) pv_kernel(const __grid_constant__ CUtenso
     float d[32];
     for (int i = 0; i < 32; i++)
         d[i] = 0.0f;
-    wgmma_fence();
+    uint32_t a[K / 16][4]; // every A fragment first: no register of a wgmma operand changes between them
     for (int k16 = 0; k16 < K / 16; k16++) {
         const int k0 = 16 * k16 + 2 * q;
-        const uint32_t a[4] = {pair(r0, k0), pair(r0 + 8, k0), pair(r0, k0 + 8), pair(r0 + 8, k0 + 8)};
-        // keys 16 k16 .. 16 k16 + 15: two core matrices along K in every slab, starting at key row 16 k16
-        wgmma_m64n64k16_bf16_rs(d, a, wgmma_desc(&t.v[0][16 * k16][0], lead, stride), k16 > 0);
+        a[k16][0] = pair(r0, k0), a[k16][1] = pair(r0 + 8, k0);
+        a[k16][2] = pair(r0, k0 + 8), a[k16][3] = pair(r0 + 8, k0 + 8);
     }
+    wgmma_fence();
+    for (int k16 = 0; k16 < K / 16; k16++) // keys 16 k16 ..: two core matrices along K in every slab
+        wgmma_m64n64k16_bf16_rs(d, a[k16], wgmma_desc(&t.v[0][16 * k16][0], lead, stride), k16 > 0);
     wgmma_commit();
     wgmma_wait<0>();
     for (int j = 0; j < 8; j++) {

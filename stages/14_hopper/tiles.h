@@ -1,0 +1,30 @@
+/* tiles.h — what stage 12's kernels and its CPU reference share: the tile sizes (the reference
+ * rounds P to bf16 after the same running maximum the kernel has, so it walks the keys in the same
+ * tiles) and the causal rule, as integer functions both sides call. */
+#ifndef FLASHLAB_STAGE12_TILES_H
+#define FLASHLAB_STAGE12_TILES_H
+
+#include "host_device.h"
+
+#define TC_BLOCK_R 128    /* query rows per forward thread block (8 warps x 16 rows) */
+#define TC_BLOCK_C 64     /* keys per K/V tile (forward) and per backward thread block */
+#define TC_BWD_BLOCK_R 64 /* query rows per Q tile in the backward */
+
+/* The keys [0, n) query row i of a head sees: all Tk without the mask; with it the keys
+ * j <= i + Tk - Tq (bottom-right aligned), none for the first Tq - Tk rows when Tq > Tk. */
+FL_HD static inline int tc_keys_seen(int causal, int Tq, int Tk, int i)
+{
+    if (!causal)
+        return Tk;
+    const int n = i + Tk - Tq + 1;
+    return n <= 0 ? 0 : n < Tk ? n : Tk;
+}
+
+/* The first query row that sees key j (rows before it are above the causal diagonal). */
+FL_HD static inline int tc_first_row_seeing(int causal, int Tq, int Tk, int j)
+{
+    const int i = j - (Tk - Tq);
+    return causal && i > 0 ? i : 0;
+}
+
+#endif
