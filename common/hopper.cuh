@@ -121,8 +121,12 @@ __device__ __forceinline__ void tma_load_3d(void *dst, const CUtensorMap *map, i
 // multiple of 16) whose boxes are box_cols x box_rows (box_cols * 2 bytes a multiple of 16), no
 // swizzle; reads outside the matrix fill zeros. FL_BAD_INPUT with the driver's status when the
 // driver refuses it.
+// How a TMA box is laid out in shared memory: as it is (rows of box_cols * 2 bytes), or with the
+// 128-byte swizzle (box_cols = 64: rows of 128 bytes whose 16-byte chunk c lands at c ^ (row % 8)).
+enum TmaSwizzle { TMA_PLAIN = 0, TMA_SWIZZLE_128B = 1 };
+
 static inline int tma_map_bf16(CUtensorMap *map, const void *base, uint64_t mats, uint64_t rows, uint64_t cols,
-                               uint32_t box_rows, uint32_t box_cols, FlError *err);
+                               uint32_t box_rows, uint32_t box_cols, FlError *err, TmaSwizzle swizzle = TMA_PLAIN);
 
 static inline int tma_map_bf16_2d(CUtensorMap *map, const void *base, uint64_t rows, uint64_t cols,
                                   uint32_t box_rows, uint32_t box_cols, FlError *err)
@@ -133,7 +137,7 @@ static inline int tma_map_bf16_2d(CUtensorMap *map, const void *base, uint64_t r
 // A 3-D tensor map: `mats` row-major matrices of rows x cols, one after the other (boxes of one
 // matrix at a time); mats = 0 makes the 2-D map above.
 static inline int tma_map_bf16(CUtensorMap *map, const void *base, uint64_t mats, uint64_t rows, uint64_t cols,
-                               uint32_t box_rows, uint32_t box_cols, FlError *err)
+                               uint32_t box_rows, uint32_t box_cols, FlError *err, TmaSwizzle swizzle)
 {
     static PFN_cuTensorMapEncodeTiled_v12000 encode;
     if (!encode) {
@@ -151,7 +155,8 @@ static inline int tma_map_bf16(CUtensorMap *map, const void *base, uint64_t mats
     const cuuint32_t box[3] = {box_cols, box_rows, 1};
     const cuuint32_t element_strides[3] = {1, 1, 1};
     const CUresult rc = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void *>(base), dims, strides,
-                               box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                               box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                               swizzle == TMA_SWIZZLE_128B ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
                                CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (rc != CUDA_SUCCESS)
         return fl_fail(err, FL_BAD_INPUT, "TMA: cuTensorMapEncodeTiled refused a %llu x %llu box %u x %u (status %d)",
@@ -171,6 +176,19 @@ __device__ __forceinline__ uint64_t wgmma_desc(const void *p, uint32_t lead_byte
     d |= (uint64_t)((lead_bytes >> 4) & 0x3FFF) << 16;
     d |= (uint64_t)((stride_bytes >> 4) & 0x3FFF) << 32;
     return d;
+}
+
+// The descriptor of an operand tile in the 128-byte swizzled layout: blocks of 64 columns (128 bytes
+// a row, as TMA_SWIZZLE_128B writes them; each block 1024-byte aligned), 8-row groups 1024 bytes
+// apart. K-major (Q, K): stride_bytes = 1024 between 8-row groups, lead_bytes unused (one wgmma's
+// K = 16 columns never leaves a block); the k-th 16 columns of a block start 32 k bytes on, and the
+// hardware applies the swizzle to the address it forms. MN-major (V, its K = keys along the rows):
+// lead_bytes steps between 64-column blocks (along N) and stride_bytes = 1024 between 8-key groups
+// (along K), the other way round from the unswizzled MN-major layout; tests/test_hopper_plumbing.cu
+// checks both orders on the GPU.
+__device__ __forceinline__ uint64_t wgmma_desc_sw128(const void *p, uint32_t lead_bytes, uint32_t stride_bytes)
+{
+    return wgmma_desc(p, lead_bytes, stride_bytes) | (1ull << 62); // layout type 1: 128-byte swizzle
 }
 
 // Orders this thread's register writes to the accumulators before the warpgroup's next wgmma.
@@ -222,6 +240,51 @@ __device__ __forceinline__ void wgmma_m64n64k16_bf16_rs(float d[32], const uint3
                    "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
                    "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
                    "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+}
+
+// The same with N = 128: D (64 x 128, float32), B (128 x 16) K-major. Each thread holds 64 floats,
+// the layout above repeated over 16 column blocks (d[4j + ...], columns 8 j + 2 q, j = 0..15). A wider
+// N reads A from shared memory half as often per multiply-add.
+__device__ __forceinline__ void wgmma_m64n128k16_bf16(float d[64], uint64_t a, uint64_t b, int accumulate)
+{
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %66, 0;\n\t"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+                 "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "
+                 "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "
+                 "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, %64, %65, p, 1, 1, 0, 0;\n\t}"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// D (64 x 128, float32) (+)= A B with A (64 x 16) from registers and B (16 x 128) MN-major in
+// shared memory: the N = 128 form of wgmma_m64n64k16_bf16_rs.
+__device__ __forceinline__ void wgmma_m64n128k16_bf16_rs(float d[64], const uint32_t a[4], uint64_t b, int accumulate)
+{
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %69, 0;\n\t"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+                 "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "
+                 "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "
+                 "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n\t}"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
 }
 

@@ -12,6 +12,11 @@
  * zeros: C2 = P[:, :40] V[1]. The MN-major descriptor is tried with its two byte offsets in both
  * orders, and the test says which order the hardware takes (only the documented one may match).
  *
+ * Last, the same two products in the 128-byte swizzled layout the fast kernels use (TMA boxes of 64
+ * columns written with TMA_SWIZZLE_128B): A B^T with K = 128 (two 64-column blocks, the k-th 16
+ * columns of a block addressed 32 k bytes on), and P V with N = 128 by the N = 128 instructions,
+ * again trying the MN-major offsets in both orders.
+ *
  * A wrong descriptor offset, slab address or fragment layout gives wrong elements, and the test
  * names the first. Exit 0 pass, 1 wrong, 2 a CUDA or driver error, 77 no compute-capability-9.0
  * device. */
@@ -127,6 +132,102 @@ __global__ void __launch_bounds__(128) pv_kernel(const __grid_constant__ CUtenso
     }
 }
 
+static int cuda_ok(cudaError_t e, const char *what);
+
+// ---- the 128-byte swizzled layout ----
+enum { KW = 128, CB = KW / 64 }; // the swizzled products' K (A B^T) and N (P V): two 64-column blocks
+
+struct SwTiles {
+    alignas(1024) __nv_bfloat16 a[CB][M][64]; // A (64 x 128) as two swizzled 64-column blocks
+    alignas(1024) __nv_bfloat16 b[CB][N][64]; // B (64 x 128), or V (64 keys x 128 columns)
+    alignas(8) uint64_t full;
+};
+
+// C = A B^T (K = 128), both swizzled K-major; or (pv) C = P V with V's 128 columns swizzled
+// MN-major and P (64 x 64) from global in A fragments; lead / stride: V's descriptor offsets.
+__global__ void __launch_bounds__(128) swizzled_kernel(const __grid_constant__ CUtensorMap map_a,
+                                                       const __grid_constant__ CUtensorMap map_b, const __nv_bfloat16 *p,
+                                                       float *c, int pv, uint32_t lead, uint32_t stride)
+{
+    extern __shared__ uint8_t raw[];
+    SwTiles &t = *reinterpret_cast<SwTiles *>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+    const int tid = threadIdx.x;
+    if (tid == 0) {
+        mbar_init(&t.full, 1);
+        fence_barrier_init();
+    }
+    __syncthreads();
+    if (tid == 0) {
+        mbar_arrive_expect_tx(&t.full, pv ? sizeof t.b : sizeof t.a + sizeof t.b);
+        for (int cb = 0; cb < CB; cb++) {
+            if (!pv)
+                tma_load_2d(&t.a[cb][0][0], &map_a, 64 * cb, 0, &t.full);
+            tma_load_2d(&t.b[cb][0][0], &map_b, 64 * cb, 0, &t.full);
+        }
+    }
+    mbar_wait(&t.full, 0);
+    const int w = tid / 32, g = (tid % 32) / 4, q = tid % 4, r0 = 16 * w + g;
+    const int cols = pv ? KW : N;
+    float d[64];
+    for (int i = 0; i < 64; i++)
+        d[i] = 0.0f;
+    if (!pv) {
+        wgmma_fence();
+        for (int k16 = 0; k16 < KW / 16; k16++) {
+            const int cb = k16 / 4, kk = k16 % 4;
+            const uint64_t da = wgmma_desc_sw128(reinterpret_cast<const char *>(&t.a[cb][0][0]) + 32 * kk, 16, 1024);
+            const uint64_t db = wgmma_desc_sw128(reinterpret_cast<const char *>(&t.b[cb][0][0]) + 32 * kk, 16, 1024);
+            wgmma_m64n64k16_bf16(d, da, db, k16 > 0);
+        }
+    } else {
+        uint32_t a[K / 16][4];
+        for (int k16 = 0; k16 < K / 16; k16++)
+            for (int x = 0; x < 4; x++) {
+                const int row = r0 + 8 * (x % 2), col = 16 * k16 + 2 * q + 8 * (x / 2);
+                __nv_bfloat162 v2;
+                v2.x = p[row * K + col], v2.y = p[row * K + col + 1];
+                a[k16][x] = *reinterpret_cast<uint32_t *>(&v2);
+            }
+        wgmma_fence();
+        for (int k16 = 0; k16 < K / 16; k16++) // keys 16 k16 ..: rows 16 k16 .. of every block
+            wgmma_m64n128k16_bf16_rs(d, a[k16], wgmma_desc_sw128(&t.b[0][16 * k16][0], lead, stride), k16 > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    for (int j = 0; j < cols / 8; j++) {
+        const int col = 8 * j + 2 * q;
+        c[r0 * cols + col] = d[4 * j + 0];
+        c[r0 * cols + col + 1] = d[4 * j + 1];
+        c[(r0 + 8) * cols + col] = d[4 * j + 2];
+        c[(r0 + 8) * cols + col + 1] = d[4 * j + 3];
+    }
+}
+
+// Runs swizzled_kernel and counts the elements of C (64 x cols) that differ from want.
+static int swizzled_wrong(const CUtensorMap &ma, const CUtensorMap &mb, const __nv_bfloat16 *dp, float *dc, int pv,
+                          uint32_t lead, uint32_t stride, const double *want, int cols, int *failed)
+{
+    static float hc[M * KW];
+    const size_t smem = sizeof(SwTiles) + 1024;
+    if (!cuda_ok(cudaFuncSetAttribute(swizzled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                 "smem attribute") ||
+        !cuda_ok(cudaMemset(dc, 0xff, M * KW * sizeof(float)), "poison C")) {
+        *failed = 1;
+        return -1;
+    }
+    swizzled_kernel<<<1, 128, smem>>>(ma, mb, dp, dc, pv, lead, stride);
+    if (!cuda_ok(cudaGetLastError(), "launch") || !cuda_ok(cudaDeviceSynchronize(), "swizzled_kernel") ||
+        !cuda_ok(cudaMemcpy(hc, dc, M * cols * sizeof(float), cudaMemcpyDeviceToHost), "copy C")) {
+        *failed = 1;
+        return -1;
+    }
+    int wrong = 0;
+    for (int i = 0; i < M * cols; i++)
+        if (!(fabs(hc[i] - want[i]) <= 1e-3 * fabs(want[i]) + 1e-3))
+            wrong++;
+    return wrong;
+}
+
 static int cuda_ok(cudaError_t e, const char *what)
 {
     if (e == cudaSuccess)
@@ -226,8 +327,66 @@ int main(void)
         printf("test_hopper_plumbing: wgmma m64n64k16 P V (A in registers, MN-major B, leading %u B, stride %u B): "
                "%d of %d elements wrong\n", orders[o][0], orders[o][1], wrong_pv[o], M * N);
     }
+
+    // ---- the swizzled layout: A B^T with K = 128, P V with N = 128 ----
+    static __nv_bfloat16 ha2[M * KW], hb2[N * KW], hv2[K * KW];
+    for (int i = 0; i < M * KW; i++)
+        ha2[i] = __float2bfloat16((float)(rand() % 17 - 8) / 8.0f);
+    for (int i = 0; i < N * KW; i++)
+        hb2[i] = __float2bfloat16((float)(rand() % 13 - 6) / 4.0f);
+    for (int i = 0; i < K * KW; i++)
+        hv2[i] = __float2bfloat16((float)(rand() % 11 - 5) / 4.0f);
+    __nv_bfloat16 *da2 = NULL, *db2 = NULL, *dv2 = NULL;
+    float *dc2 = NULL;
+    if (!cuda_ok(cudaMalloc(&da2, sizeof ha2), "cudaMalloc") || !cuda_ok(cudaMalloc(&db2, sizeof hb2), "cudaMalloc") ||
+        !cuda_ok(cudaMalloc(&dv2, sizeof hv2), "cudaMalloc") || !cuda_ok(cudaMalloc(&dc2, M * KW * sizeof(float)), "cudaMalloc") ||
+        !cuda_ok(cudaMemcpy(da2, ha2, sizeof ha2, cudaMemcpyHostToDevice), "copy") ||
+        !cuda_ok(cudaMemcpy(db2, hb2, sizeof hb2, cudaMemcpyHostToDevice), "copy") ||
+        !cuda_ok(cudaMemcpy(dv2, hv2, sizeof hv2, cudaMemcpyHostToDevice), "copy"))
+        return 2;
+    CUtensorMap ma2, mb2, mv2;
+    if (tma_map_bf16(&ma2, da2, 0, M, KW, M, 64, &err, TMA_SWIZZLE_128B) != FL_OK ||
+        tma_map_bf16(&mb2, db2, 0, N, KW, N, 64, &err, TMA_SWIZZLE_128B) != FL_OK ||
+        tma_map_bf16(&mv2, dv2, 0, K, KW, K, 64, &err, TMA_SWIZZLE_128B) != FL_OK) {
+        fprintf(stderr, "test_hopper_plumbing: %s\n", err.msg);
+        return 2;
+    }
+    static double want_abt[M * N], want_pv[M * KW];
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            double acc = 0.0;
+            for (int k = 0; k < KW; k++)
+                acc += (double)__bfloat162float(ha2[i * KW + k]) * (double)__bfloat162float(hb2[j * KW + k]);
+            want_abt[i * N + j] = acc;
+        }
+        for (int j = 0; j < KW; j++) {
+            double acc = 0.0;
+            for (int k = 0; k < K; k++)
+                acc += (double)__bfloat162float(hp[i * K + k]) * (double)__bfloat162float(hv2[k * KW + j]);
+            want_pv[i * KW + j] = acc;
+        }
+    }
+    int failed = 0;
+    const int wrong_sw = swizzled_wrong(ma2, mb2, dp, dc2, 0, 0, 0, want_abt, N, &failed);
+    printf("test_hopper_plumbing: swizzled A B^T (K = 128, two 64-column blocks): %d of %d elements wrong\n", wrong_sw,
+           M * N);
+    // MN-major, swizzled: 64-column blocks are K * 128 bytes apart, 8-key groups 1024 bytes apart.
+    // Here the leading offset steps along N (between blocks) and the stride offset along K: the
+    // other way round from the unswizzled MN-major layout above. Then swapped, which must fail.
+    const uint32_t sw_orders[2][2] = {{K * 128, 1024}, {1024, K * 128}};
+    int wrong_swpv[2];
+    for (int o = 0; o < 2; o++) {
+        wrong_swpv[o] = swizzled_wrong(ma2, mv2, dp, dc2, 1, sw_orders[o][0], sw_orders[o][1], want_pv, KW, &failed);
+        printf("test_hopper_plumbing: swizzled P V (N = 128, MN-major, leading %u B, stride %u B): %d of %d elements "
+               "wrong\n", sw_orders[o][0], sw_orders[o][1], wrong_swpv[o], M * KW);
+    }
+    cudaFree(da2), cudaFree(db2), cudaFree(dv2), cudaFree(dc2);
+    if (failed)
+        return 2;
     cudaFree(da), cudaFree(db), cudaFree(dc), cudaFree(dp), cudaFree(dv);
     if (wrong_pv[1] == 0) // the swapped offsets must not pass too, or the check above proves nothing
         fprintf(stderr, "test_hopper_plumbing: the swapped MN-major offsets gave the right product as well\n");
-    return wrong || wrong_pv[0] || wrong_pv[1] == 0 ? 1 : 0;
+    if (wrong_swpv[1] == 0)
+        fprintf(stderr, "test_hopper_plumbing: the swapped swizzled MN-major offsets gave the right product as well\n");
+    return wrong || wrong_pv[0] || wrong_pv[1] == 0 || wrong_sw || wrong_swpv[0] || wrong_swpv[1] == 0 ? 1 : 0;
 }

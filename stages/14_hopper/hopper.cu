@@ -68,36 +68,41 @@ __device__ __forceinline__ bool hidden(const TcArgs &a, int i, int j)
 //                the consumers wait on it;
 //   kv_empty[s]  each of the 8 consumer warps arrives when its wgmmas have finished reading stage s;
 //                the producer waits on it before it reuses s for tile j + NSTAGE.
-// Shared memory holds every tile as 8-column slabs (hopper.cuh's unswizzled layout), the form one
-// TMA box fills and a wgmma descriptor reads. The tiles are stage 12's (tiles.h: BR = 128 rows,
-// BC = 64 keys), so P is rounded to bf16 after the same running maxima as in stage 12's reference.
+// Shared memory holds every tile in the 128-byte swizzled layout (hopper.cuh): blocks of 64 columns,
+// each filled by one TMA box with rows of 128 bytes (whole L2 lines) and read by wgmma through a
+// swizzled descriptor without bank conflicts. The query tile is stage 12's (BR = 128 rows), the key
+// tile twice as wide (tiles.h: BC = 128 keys, one wgmma N); reference.c walks the same tiles, so P
+// is rounded to bf16 after the same running maxima there.
 template <int D> struct FwdTile {
-    static constexpr int BR = TC_BLOCK_R, BC = TC_BLOCK_C;
+    static constexpr int BR = TC_BLOCK_R, BC = TC_FWD_BLOCK_C;
     static constexpr int ROWS = 64;                  // query rows of one consumer warpgroup (one wgmma M)
     static constexpr int CONSUMERS = BR / ROWS, NT = 128 * (1 + CONSUMERS);
-    static constexpr int NSTAGE = 2;                 // K/V stages in the ring
-    static constexpr int SLABS = D / 8, NO = D / 8;  // 8-column slabs of a tile; 8-column blocks of O
+    // K/V stages in the ring: a consumer holds two at a time (P_{j-1} V_{j-1} runs while S_j is
+    // computed), so the producer needs more than two to stay a tile ahead; at d = 128 three of
+    // 64 KiB each and Q_i fill 224 of the 227 KiB of shared memory a block may have
+    static constexpr int NSTAGE = D == 64 ? 4 : 3;
+    static constexpr int CBLK = D / 64, NO = D / 8; // 64-column blocks of a tile; 8-column blocks of O
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240; // 128 x 24 + 256 x 240 <= 64 K
 };
 
 template <int D> struct FwdSmem {
     using T = FwdTile<D>;
-    bf16 q[T::CONSUMERS][T::SLABS][T::ROWS][8]; // Q_i: 64 rows per consumer
-    bf16 k[T::NSTAGE][T::SLABS][T::BC][8];      // K_j, one per stage
-    bf16 v[T::NSTAGE][T::SLABS][T::BC][8];      // V_j, one per stage
+    alignas(1024) bf16 q[T::CONSUMERS][T::CBLK][T::ROWS][64]; // Q_i: 64 rows per consumer
+    alignas(1024) bf16 k[T::NSTAGE][T::CBLK][T::BC][64];      // K_j, one per stage
+    alignas(1024) bf16 v[T::NSTAGE][T::CBLK][T::BC][64];      // V_j, one per stage
     uint64_t q_full, kv_full[T::NSTAGE], kv_empty[T::NSTAGE];
-    static constexpr size_t BYTES = sizeof(FwdSmem) + 128; // + room to align the base to 128 bytes
+    static constexpr size_t BYTES = sizeof(FwdSmem) + 1024; // + room to align the base to 1024 bytes
 };
 
 template <int D> __device__ __forceinline__ FwdSmem<D> &fwd_smem()
 {
     extern __shared__ uint8_t smem_raw[];
-    const uintptr_t base = (reinterpret_cast<uintptr_t>(smem_raw) + 127) & ~uintptr_t(127);
+    const uintptr_t base = (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023);
     return *reinterpret_cast<FwdSmem<D> *>(base);
 }
 
 // The producer's thread: Q_i's two 64-row halves, then K_j and V_j of every tile, each tile as
-// D / 8 boxes of 8 columns. Tensor maps view q as B * Hq matrices of Tq rows and k, v as B * Hkv
+// D / 64 boxes of 64 columns. Tensor maps view q as B * Hq matrices of Tq rows and k, v as B * Hkv
 // matrices of Tk rows, so a box past a head's last row is zero-filled, never the next head's rows.
 template <int D>
 __device__ void produce(FwdSmem<D> &sm, const CUtensorMap *mq, const CUtensorMap *mk, const CUtensorMap *mv,
@@ -106,135 +111,206 @@ __device__ void produce(FwdSmem<D> &sm, const CUtensorMap *mq, const CUtensorMap
     using T = FwdTile<D>;
     mbar_arrive_expect_tx(&sm.q_full, sizeof sm.q);
     for (int c = 0; c < T::CONSUMERS; c++)
-        for (int s = 0; s < T::SLABS; s++)
-            tma_load_3d(&sm.q[c][s][0][0], mq, 8 * s, q0 + T::ROWS * c, bh, &sm.q_full);
+        for (int cb = 0; cb < T::CBLK; cb++)
+            tma_load_3d(&sm.q[c][cb][0][0], mq, 64 * cb, q0 + T::ROWS * c, bh, &sm.q_full);
     hbm_dev_add(a.hbm, HBM_READ, (unsigned long long)min(T::BR, a.Tq - q0) * D * sizeof(bf16));
     for (int j = 0; j < n_tiles; j++) {
         const int st = j % T::NSTAGE, use = j / T::NSTAGE;
         if (use > 0) // the consumers' previous use of this stage (phase use - 1) must be over
             mbar_wait(&sm.kv_empty[st], (use - 1) & 1);
         mbar_arrive_expect_tx(&sm.kv_full[st], sizeof sm.k[0] + sizeof sm.v[0]);
-        for (int s = 0; s < T::SLABS; s++) {
-            tma_load_3d(&sm.k[st][s][0][0], mk, 8 * s, j * T::BC, kvh, &sm.kv_full[st]);
-            tma_load_3d(&sm.v[st][s][0][0], mv, 8 * s, j * T::BC, kvh, &sm.kv_full[st]);
+        for (int cb = 0; cb < T::CBLK; cb++) {
+            tma_load_3d(&sm.k[st][cb][0][0], mk, 64 * cb, j * T::BC, kvh, &sm.kv_full[st]);
+            tma_load_3d(&sm.v[st][cb][0][0], mv, 64 * cb, j * T::BC, kvh, &sm.kv_full[st]);
         }
         hbm_dev_add(a.hbm, HBM_READ, (unsigned long long)min(T::BC, a.Tk - j * T::BC) * 2 * D * sizeof(bf16));
     }
 }
 
-// One consumer warpgroup: rows q0 .. q0 + 63 of the head (q0 = the tile's first row + 64 c). Every
-// thread holds, as wgmma's accumulator layout says (hopper.cuh), rows r[0] = q0 + 16 warp + g and
-// r[1] = r[0] + 8 of S (s[n], keys 8n + 2 t4, + 1) and of Õ (o[n], columns 8n + 2 t4, + 1): the
-// layout of stage 12's mma.sync fragments, so the softmax and the epilogue read as stage 12's.
+// One consumer's view of a K/V tile's work, in the order the pipeline below uses it. Each thread holds,
+// as wgmma's accumulator layout says (hopper.cuh), rows r[0] = q0 + 16 warp + g and r[1] = r[0] + 8
+// of S (s[n]: keys 8n + 2 t4, + 1) and of Õ (o[n]: columns 8n + 2 t4, + 1): the layout of stage
+// 12's mma.sync fragments, so the softmax and the epilogue read as stage 12's.
+struct Rows {
+    int q0, r[2], t4; // first row of the warpgroup; this thread's two rows; its column pair
+};
+
+// Issues S = Q_i K_j^T (64, BC) for stage st: D / 16 wgmmas of N = BC = 128, both operands K-major
+// in shared memory, as one commit group. Nothing waits here.
+template <int D>
+__device__ __forceinline__ void issue_scores(float (&s)[TC_FWD_BLOCK_C / 8][4], const FwdSmem<D> &sm, int c, int st)
+{
+    using T = FwdTile<D>;
+#pragma unroll
+    for (int n = 0; n < T::BC / 8; n++)
+        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    wgmma_fence();
+#pragma unroll
+    for (int k16 = 0; k16 < D / 16; k16++) { // columns 16 k16 ..: block k16 / 4, 32 (k16 % 4) bytes in
+        const int cb = k16 / 4, at = 32 * (k16 % 4);
+        wgmma_m64n128k16_bf16(&s[0][0], wgmma_desc_sw128(reinterpret_cast<const char *>(&sm.q[c][cb][0][0]) + at, 16, 1024),
+                              wgmma_desc_sw128(reinterpret_cast<const char *>(&sm.k[st][cb][0][0]) + at, 16, 1024),
+                              k16 > 0);
+    }
+    wgmma_commit();
+}
+
+// Issues O += P V_j (64, D) for stage st, P as bf16 A fragments in registers, V_j read MN-major
+// (its columns contiguous): BC / 16 wgmmas of N = D; one commit group. pa and o must not change
+// until it has completed.
+template <int D>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&pa)[TC_FWD_BLOCK_C / 16][4],
+                                         const FwdSmem<D> &sm, int st)
+{
+    using T = FwdTile<D>;
+    wgmma_fence();
+#pragma unroll
+    for (int kc = 0; kc < T::BC / 16; kc++) { // keys 16 kc .. 16 kc + 15
+        // MN-major: 64-column blocks BC * 128 bytes apart (leading), 8-key groups 1024 (stride)
+        const uint64_t v = wgmma_desc_sw128(&sm.v[st][0][16 * kc][0], T::BC * 128, 1024);
+        if constexpr (D == 128)
+            wgmma_m64n128k16_bf16_rs(&o[0][0], pa[kc], v, 1);
+        else
+            wgmma_m64n64k16_bf16_rs(&o[0][0], pa[kc], v, 1);
+    }
+    wgmma_commit();
+}
+
+// The online softmax of tile kv0 in base 2 over this thread's two rows (element e of s[n]: row
+// r[e / 2], key kv0 + 8n + 2 t4 + e % 2): S becomes P~ = exp2(S scale log2(e) - m_new) in place,
+// m and l are updated, and alpha[rr] = exp2(m_old - m_new) is what Õ must be scaled by. Only tiles
+// that reach past a row's last key are masked.
+__device__ __forceinline__ void softmax_tile(float (&s)[TC_FWD_BLOCK_C / 8][4], float (&m)[2], float (&l)[2],
+                                             float (&alpha)[2], const TcArgs &a, const Rows &w, int kv0)
+{
+    constexpr int BC = TC_FWD_BLOCK_C;
+    const bool masked = kv0 + BC > a.Tk || (a.causal && kv0 + BC - 1 > w.q0 + a.Tk - a.Tq);
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float x = s[n][2 * rr + e] * a.scale_log2;
+                if (masked && hidden(a, w.r[rr], kv0 + 8 * n + 2 * w.t4 + e))
+                    x = -INFINITY;
+                s[n][2 * rr + e] = x;
+                mx = fmaxf(mx, x);
+            }
+        const float m_new = fmaxf(m[rr], row_max<4>(mx));
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new; // a row with no key yet: P = 0
+        alpha[rr] = exp2f(m[rr] - m_use);
+        float rowsum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float p = exp2f(s[n][2 * rr + e] - m_use);
+                s[n][2 * rr + e] = p;
+                rowsum += p;
+            }
+        l[rr] = l[rr] * alpha[rr] + rowsum; // P summed in float32, before rounding
+        m[rr] = m_new;
+    }
+}
+
+// Õ *= alpha, row by row.
+template <int NO> __device__ __forceinline__ void rescale(float (&o)[NO][4], const float (&alpha)[2])
+{
+#pragma unroll
+    for (int n = 0; n < NO; n++) {
+        o[n][0] *= alpha[0], o[n][1] *= alpha[0];
+        o[n][2] *= alpha[1], o[n][3] *= alpha[1];
+    }
+}
+
+// P~ (float32, in the S accumulators) as the bf16 A fragments of P V: the rounding point.
+__device__ __forceinline__ void p_fragments(uint32_t (&pa)[TC_FWD_BLOCK_C / 16][4], const float (&s)[TC_FWD_BLOCK_C / 8][4])
+{
+#pragma unroll
+    for (int kc = 0; kc < TC_FWD_BLOCK_C / 16; kc++)
+        a_from_c(pa[kc], s[2 * kc], s[2 * kc + 1]);
+}
+
+// Hands stage st back to the producer: every warp arrives once, after its wgmmas reading st are done.
+__device__ __forceinline__ void release(uint64_t *kv_empty, int lane)
+{
+    __syncwarp();
+    if (lane == 0)
+        mbar_arrive(kv_empty);
+}
+
+// One consumer warpgroup: rows q0 .. q0 + 63 of the head (q0 = the tile's first row + 64 c).
+// The loop is software-pipelined inside the warpgroup: at tile j it issues S_j = Q K_j^T and then
+// O += P_{j-1} V_{j-1}, waits for S_j only, and runs tile j's softmax on the CUDA cores while the
+// tensor cores still work on P_{j-1} V_{j-1}. Then it waits for that, hands stage j - 1 back,
+// rescales Õ by tile j's alpha and rounds P_j for the next round.
 template <int D>
 __device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, int n_tiles)
 {
     using T = FwdTile<D>;
-    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
-    const int r[2] = {q0 + 16 * warp + g, q0 + 16 * warp + g + 8};
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, g = lane / 4;
+    const Rows w = {q0, {q0 + 16 * warp + g, q0 + 16 * warp + g + 8}, lane % 4};
     // This warpgroup's own tiles: with the mask, up to its last row's last key (the other
     // warpgroup's rows may reach one tile further). Tiles past them are only handed back.
     const int rows = min(T::ROWS, a.Tq - q0);
     const int key_end = rows > 0 ? tc_keys_seen(a.causal, a.Tq, a.Tk, q0 + rows - 1) : 0;
     const int own_tiles = ceil_div(key_end, T::BC);
+    const auto stage_of = [](int j) { return j % T::NSTAGE; };
+    const auto phase_of = [](int j) { return (uint32_t)(j / T::NSTAGE) & 1; };
 
     float o[T::NO][4]; // Õ, unnormalised
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; // running max (base 2), partial sums
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
 #pragma unroll
     for (int n = 0; n < T::NO; n++)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float s[T::BC / 8][4];
+    uint32_t pa[T::BC / 16][4]; // P_{j-1}, read by the P V in flight
 
     mbar_wait(&sm.q_full, 0);
-    for (int j = 0; j < n_tiles; j++) {
-        const int st = j % T::NSTAGE, kv0 = j * T::BC;
-        mbar_wait(&sm.kv_full[st], (j / T::NSTAGE) & 1); // K_j, V_j have landed
-        if (j < own_tiles) {
-            // S = Q_i K_j^T   (64, BC): D / 16 wgmmas, both operands K-major in shared memory
-            float s[T::BC / 8][4];
-#pragma unroll
-            for (int n = 0; n < T::BC / 8; n++)
-                s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-            wgmma_fence();
-#pragma unroll
-            for (int k16 = 0; k16 < D / 16; k16++)
-                wgmma_m64n64k16_bf16(&s[0][0], wgmma_desc(&sm.q[c][2 * k16][0][0], T::ROWS * 16, 128),
-                                     wgmma_desc(&sm.k[st][2 * k16][0][0], T::BC * 16, 128), k16 > 0);
-            wgmma_commit();
-            wgmma_wait<0>();
-
-            // Online softmax in base 2 over this thread's two rows (element e of s[n]: row
-            // r[e / 2], key kv0 + 8n + 2 t4 + e % 2). Only tiles that reach past a row's last
-            // key are masked.
-            const bool masked = kv0 + T::BC > a.Tk || (a.causal && kv0 + T::BC - 1 > q0 + a.Tk - a.Tq);
-#pragma unroll
-            for (int rr = 0; rr < 2; rr++) {
-                float mx = -INFINITY;
-#pragma unroll
-                for (int n = 0; n < T::BC / 8; n++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        float x = s[n][2 * rr + e] * a.scale_log2;
-                        if (masked && hidden(a, r[rr], kv0 + 8 * n + 2 * t4 + e))
-                            x = -INFINITY;
-                        s[n][2 * rr + e] = x;
-                        mx = fmaxf(mx, x);
-                    }
-                const float m_new = fmaxf(m[rr], row_max<4>(mx));
-                const float m_use = m_new == -INFINITY ? 0.0f : m_new; // a row with no key yet: P = 0
-                const float alpha = exp2f(m[rr] - m_use);
-                float rowsum = 0.0f;
-#pragma unroll
-                for (int n = 0; n < T::BC / 8; n++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const float p = exp2f(s[n][2 * rr + e] - m_use);
-                        s[n][2 * rr + e] = p;
-                        rowsum += p;
-                    }
-                l[rr] = l[rr] * alpha + rowsum; // P summed in float32, before rounding
-                m[rr] = m_new;
-#pragma unroll
-                for (int n = 0; n < T::NO; n++) {
-                    o[n][2 * rr] *= alpha;
-                    o[n][2 * rr + 1] *= alpha;
-                }
-            }
-
-            // O += P V_j   (64, D): P leaves the S accumulators as bf16 A fragments (a_from_c);
-            // V_j is read MN-major (its columns contiguous), in 64-column halves of O.
-            uint32_t pa[T::BC / 16][4];
-#pragma unroll
-            for (int kc = 0; kc < T::BC / 16; kc++)
-                a_from_c(pa[kc], s[2 * kc], s[2 * kc + 1]);
-            wgmma_fence();
-#pragma unroll
-            for (int kc = 0; kc < T::BC / 16; kc++)
-#pragma unroll
-                for (int half = 0; half < D / 64; half++)
-                    wgmma_m64n64k16_bf16_rs(&o[8 * half][0], pa[kc],
-                                            wgmma_desc(&sm.v[st][8 * half][16 * kc][0], 128, T::BC * 16), 1);
-            wgmma_commit();
-            wgmma_wait<0>();
-        }
-        __syncwarp();
-        if (lane == 0) // this warp is done with stage st
-            mbar_arrive(&sm.kv_empty[st]);
+    if (own_tiles > 0) { // the pipeline's first stage: S_0, its softmax, P_0
+        mbar_wait(&sm.kv_full[0], 0);
+        issue_scores<D>(s, sm, c, 0);
+        wgmma_wait<0>();
+        softmax_tile(s, m, l, alpha, a, w, 0);
+        p_fragments(pa, s);
+    }
+    for (int j = 1; j < own_tiles; j++) {
+        mbar_wait(&sm.kv_full[stage_of(j)], phase_of(j)); // K_j, V_j have landed
+        issue_scores<D>(s, sm, c, stage_of(j));
+        issue_pv<D>(o, pa, sm, stage_of(j - 1));
+        wgmma_wait<1>(); // S_j is done; P_{j-1} V_{j-1} may still run
+        softmax_tile(s, m, l, alpha, a, w, j * T::BC);
+        wgmma_wait<0>(); // P_{j-1} V_{j-1} is done: its stage goes back, Õ may change
+        release(&sm.kv_empty[stage_of(j - 1)], lane);
+        rescale(o, alpha);
+        p_fragments(pa, s);
+    }
+    if (own_tiles > 0) { // the pipeline drains: the last tile's P V
+        issue_pv<D>(o, pa, sm, stage_of(own_tiles - 1));
+        wgmma_wait<0>();
+        release(&sm.kv_empty[stage_of(own_tiles - 1)], lane);
+    }
+    for (int j = own_tiles; j < n_tiles; j++) { // the other warpgroup's last tile: hand it back
+        mbar_wait(&sm.kv_full[stage_of(j)], phase_of(j));
+        release(&sm.kv_empty[stage_of(j)], lane);
     }
 
     // O = Õ / l, lse = (m + log2 l) ln 2; a row that saw no key: o = 0, lse = -inf
 #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
         const float lsum = row_sum<4>(l[rr]);
-        if (r[rr] >= a.Tq)
+        if (w.r[rr] >= a.Tq)
             continue;
         const float inv = lsum != 0.0f ? 1.0f / lsum : 0.0f; // a NaN l is not an empty row
-        float *orow = a.o + ((size_t)bh * a.Tq + r[rr]) * D;
+        float *orow = a.o + ((size_t)bh * a.Tq + w.r[rr]) * D;
 #pragma unroll
         for (int n = 0; n < T::NO; n++)
-            *reinterpret_cast<float2 *>(orow + 8 * n + 2 * t4) =
+            *reinterpret_cast<float2 *>(orow + 8 * n + 2 * w.t4) =
                 make_float2(o[n][2 * rr] * inv, o[n][2 * rr + 1] * inv);
-        if (t4 == 0)
-            a.lse[(size_t)bh * a.Tq + r[rr]] = lsum != 0.0f ? (m[rr] + log2f(lsum)) * kLn2 : -INFINITY;
+        if (w.t4 == 0)
+            a.lse[(size_t)bh * a.Tq + w.r[rr]] = lsum != 0.0f ? (m[rr] + log2f(lsum)) * kLn2 : -INFINITY;
     }
     if (tid == 0 && rows > 0)
         hbm_dev_add(a.hbm, HBM_WRITTEN, (unsigned long long)rows * (D + 1) * sizeof(float));
@@ -567,12 +643,12 @@ int launch(Kernel kernel, dim3 grid, int threads, size_t smem, const TcArgs &a, 
 template <int D> int forward_launch(const TcArgs &a, int heads, int kv_heads, FlError *err)
 {
     using T = FwdTile<D>;
-    CUtensorMap mq, mk, mv; // q (B Hq, Tq, D), k and v (B Hkv, Tk, D); boxes of 8 columns
-    int rc = tma_map_bf16(&mq, a.q, heads, a.Tq, D, T::ROWS, 8, err);
+    CUtensorMap mq, mk, mv; // q (B Hq, Tq, D), k and v (B Hkv, Tk, D); swizzled boxes of 64 columns
+    int rc = tma_map_bf16(&mq, a.q, heads, a.Tq, D, T::ROWS, 64, err, TMA_SWIZZLE_128B);
     if (rc == FL_OK)
-        rc = tma_map_bf16(&mk, a.k, kv_heads, a.Tk, D, T::BC, 8, err);
+        rc = tma_map_bf16(&mk, a.k, kv_heads, a.Tk, D, T::BC, 64, err, TMA_SWIZZLE_128B);
     if (rc == FL_OK)
-        rc = tma_map_bf16(&mv, a.v, kv_heads, a.Tk, D, T::BC, 8, err);
+        rc = tma_map_bf16(&mv, a.v, kv_heads, a.Tk, D, T::BC, 64, err, TMA_SWIZZLE_128B);
     if (rc == FL_OK)
         rc = fl_cuda_status(cudaFuncSetAttribute(hopper_forward_kernel<D>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,

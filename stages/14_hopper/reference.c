@@ -17,11 +17,12 @@
  *
  * The tiles are the kernels' (tiles.h): the rounding of P depends on the running max, which
  * changes at the end of every K/V tile, so the reference walks the keys in the same tiles of
- * TC_BLOCK_C = 64. The online softmax runs in base 2, as on the GPU: s2 = S * scale * log2(e).
+ * TC_FWD_BLOCK_C = 128 in the forward (stage 12: 64). The online softmax runs in base 2, as on the
+ * GPU: s2 = S * scale * log2(e).
  *
  * Forward, per (b, h) and query block Q_i of TC_BLOCK_R = 128 rows (one thread block's rows):
  *   load Q16_i;  m = -inf, l = 0, O = 0
- *   for each K/V tile j (TC_BLOCK_C keys) up to the block's last visible key:
+ *   for each K/V tile j (TC_FWD_BLOCK_C keys) up to the block's last visible key:
  *     load K16_j, V16_j
  *     S   = Q16_i K16_j^T                          (Br, Bc)   float32 sums
  *     s2  = S * scale * log2(e), -inf past each row's last key (causal)
@@ -152,7 +153,7 @@ static void fwd_tiles_free(FwdTiles *t)
 
 static int fwd_tiles_alloc(FwdTiles *t, int d, int dv)
 {
-    const size_t Br = TC_BLOCK_R, Bc = TC_BLOCK_C;
+    const size_t Br = TC_BLOCK_R, Bc = TC_FWD_BLOCK_C;
     t->Q = malloc(Br * d * sizeof(float));
     t->Kt = malloc(Bc * d * sizeof(float));
     t->V = malloc(Bc * dv * sizeof(float));
@@ -226,8 +227,8 @@ static void fwd_block(const AttnProblem *p, AttnTensors *out, const FwdTiles *t,
     }
     memset(t->O, 0, (size_t)rows * dv * sizeof(float));
 
-    for (int j0 = 0; j0 < end; j0 += TC_BLOCK_C) {
-        const int n = min_int(TC_BLOCK_C, Tk - j0); /* the last tile may be short */
+    for (int j0 = 0; j0 < end; j0 += TC_FWD_BLOCK_C) {
+        const int n = min_int(TC_FWD_BLOCK_C, Tk - j0); /* the last tile may be short */
         widen_transposed(t->Kt, K16 + (size_t)j0 * d, n, d); /* K16_j (n, d), kept as (d, n) */
         widen(t->V, V16 + (size_t)j0 * dv, (size_t)n * dv);  /* V16_j (n, dv) */
         hbm_count_read(hbm, (uint64_t)n * (d + dv) * 2);

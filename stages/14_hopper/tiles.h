@@ -7,7 +7,10 @@
 #include "host_device.h"
 
 #define TC_BLOCK_R 128    /* query rows per forward thread block (8 warps x 16 rows) */
-#define TC_BLOCK_C 64     /* keys per K/V tile (forward) and per backward thread block */
+#define TC_BLOCK_C 64     /* keys per backward thread block (stage 12's backward kernel) */
+#define TC_FWD_BLOCK_C 128 /* keys per K/V tile in the forward: stage 12 takes 64; one Hopper wgmma
+                              multiplies N = 128 keys at once, and a wider N reads Q from shared
+                              memory half as often per multiply-add */
 #define TC_BWD_BLOCK_R 64 /* query rows per Q tile in the backward */
 
 /* The keys [0, n) query row i of a head sees: all Tk without the mask; with it the keys
