@@ -288,6 +288,21 @@ __device__ __forceinline__ void wgmma_m64n128k16_bf16_rs(float d[64], const uint
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
 }
 
+// ---- named barriers ---------------------------------------------------------------------------------
+
+// Barrier `id` (1..15; 0 is __syncthreads) of `count` threads: this thread waits until count threads
+// have reached it, by waiting here or by arriving below. Two warpgroups use a pair of them to take
+// turns ("ping-pong").
+__device__ __forceinline__ void named_barrier_sync(int id, int count)
+{
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+// Counts this thread at barrier `id` without waiting.
+__device__ __forceinline__ void named_barrier_arrive(int id, int count)
+{
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
 // ---- register reallocation -----------------------------------------------------------------------
 
 // The warpgroup gives back registers down to N per thread (a producer that only issues TMA copies).

@@ -176,9 +176,21 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&
     wgmma_commit();
 }
 
+// 2^x by the hardware's approximate exponential (one MUFU.EX2; results below 2^-126 flush to 0,
+// which no sum of probabilities can see). exp2f also keeps such subnormal results, at the cost of
+// a few more instructions per score.
+__device__ __forceinline__ float fast_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // The online softmax of tile kv0 in base 2 over this thread's two rows (element e of s[n]: row
 // r[e / 2], key kv0 + 8n + 2 t4 + e % 2): S becomes P~ = exp2(S scale log2(e) - m_new) in place,
-// m and l are updated, and alpha[rr] = exp2(m_old - m_new) is what Õ must be scaled by. Only tiles
+// m and l are updated, and alpha[rr] = exp2(m_old - m_new) is what Õ must be scaled by. The
+// scale is folded into the exponent (one FFMA per score instead of a multiply and a subtract; the
+// maximum of the raw scores is taken first, which the positive scale does not change). Only tiles
 // that reach past a row's last key are masked.
 __device__ __forceinline__ void softmax_tile(float (&s)[TC_FWD_BLOCK_C / 8][4], float (&m)[2], float (&l)[2],
                                              float (&alpha)[2], const TcArgs &a, const Rows &w, int kv0)
@@ -192,21 +204,19 @@ __device__ __forceinline__ void softmax_tile(float (&s)[TC_FWD_BLOCK_C / 8][4], 
         for (int n = 0; n < BC / 8; n++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                float x = s[n][2 * rr + e] * a.scale_log2;
                 if (masked && hidden(a, w.r[rr], kv0 + 8 * n + 2 * w.t4 + e))
-                    x = -INFINITY;
-                s[n][2 * rr + e] = x;
-                mx = fmaxf(mx, x);
+                    s[n][2 * rr + e] = -INFINITY;
+                mx = fmaxf(mx, s[n][2 * rr + e]);
             }
-        const float m_new = fmaxf(m[rr], row_max<4>(mx));
+        const float m_new = fmaxf(m[rr], row_max<4>(mx) * a.scale_log2);
         const float m_use = m_new == -INFINITY ? 0.0f : m_new; // a row with no key yet: P = 0
-        alpha[rr] = exp2f(m[rr] - m_use);
+        alpha[rr] = fast_exp2(m[rr] - m_use);
         float rowsum = 0.0f;
 #pragma unroll
         for (int n = 0; n < BC / 8; n++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const float p = exp2f(s[n][2 * rr + e] - m_use);
+                const float p = fast_exp2(fmaf(s[n][2 * rr + e], a.scale_log2, -m_use));
                 s[n][2 * rr + e] = p;
                 rowsum += p;
             }
@@ -241,8 +251,20 @@ __device__ __forceinline__ void release(uint64_t *kv_empty, int lane)
         mbar_arrive(kv_empty);
 }
 
+// The two consumer warpgroups take turns at the tensor cores ("ping-pong"): warpgroup c waits on
+// named barrier TURN + c until the other has issued its matrix products, issues its own, and lets
+// the other go. So the softmax of one warpgroup runs while the other's products keep the tensor
+// cores busy. Both must pass the turn equally often, so each goes round n_tiles + 1 times (a tile
+// of the block that a warpgroup's rows do not reach gives it an empty round). The rounds are
+// written out as prologue, steady state and drain, with no branch around a wgmma inside the loop:
+// ptxas serialises wgmmas that sit in divergent-looking paths.
+constexpr int TURN = 1; // named barriers 1 and 2 (0 is __syncthreads)
+
+__device__ __forceinline__ void wait_turn(int c) { named_barrier_sync(TURN + c, 256); }
+__device__ __forceinline__ void pass_turn(int c) { named_barrier_arrive(TURN + (1 - c), 256); }
+
 // One consumer warpgroup: rows q0 .. q0 + 63 of the head (q0 = the tile's first row + 64 c).
-// The loop is software-pipelined inside the warpgroup: at tile j it issues S_j = Q K_j^T and then
+// Round j is software-pipelined inside the warpgroup too: it issues S_j = Q K_j^T and then
 // O += P_{j-1} V_{j-1}, waits for S_j only, and runs tile j's softmax on the CUDA cores while the
 // tensor cores still work on P_{j-1} V_{j-1}. Then it waits for that, hands stage j - 1 back,
 // rescales Õ by tile j's alpha and rounds P_j for the next round.
@@ -261,25 +283,31 @@ __device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, 
     const auto phase_of = [](int j) { return (uint32_t)(j / T::NSTAGE) & 1; };
 
     float o[T::NO][4]; // Õ, unnormalised
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2] = {1.0f, 1.0f};
 #pragma unroll
     for (int n = 0; n < T::NO; n++)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     float s[T::BC / 8][4];
-    uint32_t pa[T::BC / 16][4]; // P_{j-1}, read by the P V in flight
+    uint32_t pa[T::BC / 16][4]; // P_{r-1}, read by the P V in flight
 
     mbar_wait(&sm.q_full, 0);
-    if (own_tiles > 0) { // the pipeline's first stage: S_0, its softmax, P_0
+    if (c == 1 && n_tiles > 0) // warpgroup 0 goes first
+        pass_turn(c);
+    if (own_tiles > 0) { // round 0: S_0, its softmax, P_0
+        wait_turn(c);
         mbar_wait(&sm.kv_full[0], 0);
         issue_scores<D>(s, sm, c, 0);
+        pass_turn(c);
         wgmma_wait<0>();
         softmax_tile(s, m, l, alpha, a, w, 0);
         p_fragments(pa, s);
     }
-    for (int j = 1; j < own_tiles; j++) {
+    for (int j = 1; j < own_tiles; j++) { // round j: S_j and P_{j-1} V_{j-1} in flight together
+        wait_turn(c);
         mbar_wait(&sm.kv_full[stage_of(j)], phase_of(j)); // K_j, V_j have landed
         issue_scores<D>(s, sm, c, stage_of(j));
         issue_pv<D>(o, pa, sm, stage_of(j - 1));
+        pass_turn(c);
         wgmma_wait<1>(); // S_j is done; P_{j-1} V_{j-1} may still run
         softmax_tile(s, m, l, alpha, a, w, j * T::BC);
         wgmma_wait<0>(); // P_{j-1} V_{j-1} is done: its stage goes back, Õ may change
@@ -287,15 +315,25 @@ __device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, 
         rescale(o, alpha);
         p_fragments(pa, s);
     }
-    if (own_tiles > 0) { // the pipeline drains: the last tile's P V
+    if (own_tiles > 0) { // round own_tiles: the last tile's P V
+        wait_turn(c);
         issue_pv<D>(o, pa, sm, stage_of(own_tiles - 1));
+        pass_turn(c);
         wgmma_wait<0>();
         release(&sm.kv_empty[stage_of(own_tiles - 1)], lane);
     }
-    for (int j = own_tiles; j < n_tiles; j++) { // the other warpgroup's last tile: hand it back
+    for (int j = own_tiles; j < n_tiles; j++) { // the other warpgroup's last tile: an empty round
+        wait_turn(c);
+        pass_turn(c);
         mbar_wait(&sm.kv_full[stage_of(j)], phase_of(j));
         release(&sm.kv_empty[stage_of(j)], lane);
     }
+    if (own_tiles == 0 && n_tiles > 0) { // n_tiles + 1 rounds in all, as the other warpgroup
+        wait_turn(c);
+        pass_turn(c);
+    }
+    if (c == 0 && n_tiles > 0) // the turn warpgroup 0 was last given, taken back
+        wait_turn(c);
 
     // O = Õ / l, lse = (m + log2 l) ln 2; a row that saw no key: o = 0, lse = -inf
 #pragma unroll
