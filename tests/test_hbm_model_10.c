@@ -258,8 +258,9 @@ static PassCounts model_deterministic_cuda(const AttnProblem *p, size_t M)
  * Forward: read = R d + Tk d + 3 KS + TT + Tk dv;  written = TT + R (Tk + 1) + R dv;
  *          workspace = 4 B Hq Tq Tk bytes
  * Backward: read = 7 TT + KS + R + 2 R d + 2 Tk d + 2 R dv + Tk dv     [+ sinks kernel]
- *           written = 4 TT + R d + Tk d + Tk dv + R                    [+ Hq]
- *           workspace = 4 B Hkv (2 TT + R) bytes (P, dP, D) */
+ *           written = 4 TT + R d + Tk d + Tk dv [+ R for D]             [+ Hq]
+ *           workspace = 4 B Hkv (2 TT [+ R]) bytes (P, dP, and D, which only learned sinks need)
+ * (common/cuda_naive.cu, which stages 06, 07 and 08 register too: there D does not exist.) */
 static PassCounts model_naive_cuda(const AttnProblem *p, size_t M)
 {
     (void)M;
@@ -271,8 +272,9 @@ static PassCounts model_naive_cuda(const AttnProblem *p, size_t M)
     e.fwd.workspace = 4 * N * TT;
     e.bwd.read =
         4 * N * (7 * TT + KS + R + 2 * R * d + 2 * Tk * d + 2 * R * dv + Tk * dv) + sink_read(p);
-    e.bwd.written = 4 * N * (4 * TT + R * d + Tk * d + Tk * dv + R) + sink_written(p);
-    e.bwd.workspace = 4 * N * (2 * TT + R);
+    const uint64_t Dr = p->sinks ? R : 0; /* D, for dsinks */
+    e.bwd.written = 4 * N * (4 * TT + R * d + Tk * d + Tk * dv + Dr) + sink_written(p);
+    e.bwd.workspace = 4 * N * (2 * TT + Dr);
     return e;
 }
 
