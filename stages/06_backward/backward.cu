@@ -1,7 +1,9 @@
 /* stages/06_backward/backward.cu — FlashAttention-2 forward and backward as CUDA kernels, float32.
  *
  * New in stage 06: the backward pass, below "the backward pass" (three variants: dQ by atomics,
- * deterministic, and the cuBLAS naive baseline). The forward kernel is stage 05's, unchanged:
+ * deterministic, and the cuBLAS naive baseline). The forward kernel is stage 05's tuned kernel
+ * (stages/05_fa2/fa2_tuned.cuh, which stages/06_backward/PARENT names as this file's parent),
+ * unchanged:
  *
  * One thread block owns one query tile Q_i (Br rows) of one head and walks over every K/V tile
  * (Bc rows) of that head. Per query row it keeps, in registers:
