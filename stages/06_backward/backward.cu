@@ -2,7 +2,8 @@
  *
  * New in stage 06: the backward pass, below "the backward pass" (three variants: dQ by atomics,
  * deterministic, and the cuBLAS naive baseline of common/cuda_naive.cu). The forward kernel is
- * stage 05's, unchanged:
+ * stage 05's tuned kernel (stages/05_fa2/fa2_tuned.cuh, which stages/06_backward/PARENT names as
+ * this file's parent), unchanged:
  *
  * One thread block owns one query tile Q_i (Br rows) of one head and walks over every K/V tile
  * (Bc rows) of that head. Per query row it keeps, in registers:
