@@ -1,8 +1,9 @@
 /* attn_mask.h — which keys a query row keeps: the rule of docs/conventions.md (bottom-right causal,
  * a sliding window of W keys, S sink tokens) for one packed query row of a GQA group, on the host
  * and on the device. The stages teach the same rule in their own mask.h, where it is the lesson
- * and is classified tile by tile; this copy serves the code that is no lesson, the cuBLAS naive
- * path (common/cuda_naive.cu), which applies it element by element.
+ * and is classified tile by tile; this copy serves the code that is no lesson, the naive paths
+ * (common/cuda_naive.cu with cuBLAS, common/cpu_naive.c with OpenBLAS), which apply it element by
+ * element.
  *
  * Packed rows (stage 08): the G = Hq / Hkv query heads of one kv head form R = G * Tq rows, and
  * packed row r sits at position p = r % Tq + Tk - Tq. With the mask on, row p keeps keys j <= p;
