@@ -328,19 +328,19 @@ static int absorbed_forward(const MlaProblem *p, float *y, RunCtx *ctx, FlError 
     return FL_OK;
 }
 
-static const MlaEntry absorbed_entry = {absorbed_forward, absorbed_workspace_bytes};
-static const MlaEntry naive_entry = {naive_forward, naive_workspace_bytes};
+static const MlaEntry absorbed_entry = {"mla", absorbed_forward, absorbed_workspace_bytes};
+static const MlaEntry naive_entry = {"mla", naive_forward, naive_workspace_bytes};
 
 static const StageImpl mla_cpu_absorbed = {
     "09", "mla", "", DEVICE_CPU,
     "MLA, absorbed: W_uk folded into the query, W_uv into the output; MQA straight over the latent cache",
-    FEAT_MLA, NULL, NULL, NULL, &absorbed_entry, PRECISION_F32, {0, 0},
+    0, NULL, NULL, NULL, &absorbed_entry, PRECISION_F32, {0, 0},
 };
 
 static const StageImpl mla_cpu_naive = {
     "09", "mla", "naive", DEVICE_CPU,
     "MLA, naive: the latent cache up-projected to per-head K and V every step, then stage 08 attention",
-    FEAT_MLA, NULL, NULL, NULL, &naive_entry, PRECISION_F32, {0, 0},
+    0, NULL, NULL, NULL, &naive_entry, PRECISION_F32, {0, 0},
 };
 
 const StageImpl *const stage09_mla_cpu[] = {&mla_cpu_absorbed, &mla_cpu_naive, NULL};

@@ -366,19 +366,19 @@ int naive_forward(const MlaProblem *p, float *y, RunCtx *ctx, FlError *err)
 
 } // namespace
 
-static const MlaEntry absorbed_entry = {absorbed_forward, absorbed_workspace_bytes};
-static const MlaEntry naive_entry = {naive_forward, naive_workspace_bytes};
+static const MlaEntry absorbed_entry = {"mla", absorbed_forward, absorbed_workspace_bytes};
+static const MlaEntry naive_entry = {"mla", naive_forward, naive_workspace_bytes};
 
 static const StageImpl mla_cuda_absorbed = {
     "09", "mla", "", DEVICE_CUDA,
     "MLA, absorbed: W_uk, W_uv folded into query and output (cuBLAS); a kernel attends over the latent cache",
-    FEAT_MLA, NULL, NULL, NULL, &absorbed_entry,
+    0, NULL, NULL, NULL, &absorbed_entry,
 };
 
 static const StageImpl mla_cuda_naive = {
     "09", "mla", "naive", DEVICE_CUDA,
     "MLA, naive: cuBLAS up-projects the cache to per-head K and V every step, then stage 08 (cuBLAS) attention",
-    FEAT_MLA, NULL, NULL, NULL, &naive_entry,
+    0, NULL, NULL, NULL, &naive_entry,
 };
 
 extern "C" const StageImpl *const stage09_mla_cuda[] = {&mla_cuda_absorbed, &mla_cuda_naive, NULL};
