@@ -1,4 +1,4 @@
-/* cpu_naive.c — the CPU textbook backward shared by the stages' `naive` variants (cpu_naive.h).
+/* cpu_naive.c — the CPU textbook backward shared by the stages' `naive` variants (naive.h).
  *
  * N = B Hkv kv heads, each read by G = Hq / Hkv query heads. A group's query heads are adjacent in
  * q (B, Hq, Tq, d), so its rows form one (R, d) matrix of R = G Tq packed rows, and every product
@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "attn_mask.h"
-#include "cpu_naive.h"
+#include "naive.h"
 #include "hbm.h"
 #include "parallel.h"
 

@@ -1,4 +1,4 @@
-/* cuda_naive.cu — the cuBLAS naive attention shared by the stages' `naive` variants (cuda_naive.h).
+/* cuda_naive.cu — the cuBLAS naive attention shared by the stages' `naive` variants (naive.h).
  *
  * One batched GEMM entry per kv head over its R = G Tq packed rows: the G query heads of a kv head
  * are adjacent in q (B, Hq, Tq, d), so they form one (R, d) matrix, and dV = P^T dO and
@@ -9,7 +9,7 @@
 
 #include "attn_mask.h"
 #include "cuda_blas.h"
-#include "cuda_naive.h"
+#include "naive.h"
 #include "cuda_tiles.cuh"
 #include "cuda_util.h"
 

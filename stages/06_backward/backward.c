@@ -49,7 +49,7 @@
 #include <string.h>
 
 #include "attn.h"
-#include "cpu_naive.h"
+#include "naive.h"
 #include "hbm.h"
 #include "parallel.h"
 

@@ -36,7 +36,7 @@
 #include <stdint.h>
 
 #include "attn.h"
-#include "cuda_naive.h"
+#include "naive.h"
 #include "cuda_fa2_tiles.cuh"
 #include "cuda_tiles.cuh"
 #include "cuda_util.h"

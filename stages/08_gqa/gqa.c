@@ -64,7 +64,7 @@
 #include <string.h>
 
 #include "attn.h"
-#include "cpu_naive.h"
+#include "naive.h"
 #include "hbm.h"
 #include "mask.h"
 #include "parallel.h"

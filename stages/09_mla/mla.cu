@@ -29,7 +29,7 @@
 #include "attn.h"
 #include "kind_mla_stage.h"
 #include "cuda_blas.h"
-#include "cuda_naive.h"
+#include "naive.h"
 #include "cuda_tiles.cuh"
 #include "cuda_util.h"
 #include "error.h"
