@@ -55,7 +55,7 @@ static const struct {
     {FEAT_BACKWARD, "backward", "06"},       {FEAT_CAUSAL, "causal", "07"},
     {FEAT_GQA, "gqa", "08"},                 {FEAT_WINDOW, "window", "10"},
     {FEAT_SINK_TOKENS, "sink_tokens", "10"}, {FEAT_SINKS, "sinks", "10"},
-    {FEAT_MLA, "mla", "09"},                 {FEAT_PAGED, "paged", "11"},
+    {FEAT_PAGED, "paged", "11"},
 };
 
 const char *attn_feature_name(unsigned feature)

@@ -60,10 +60,9 @@ enum {
     FEAT_WINDOW = 1u << 3,      /* sliding window                      (stage 10) */
     FEAT_SINK_TOKENS = 1u << 4, /* sink tokens                         (stage 10) */
     FEAT_SINKS = 1u << 5,       /* learned sink logits                 (stage 10) */
-    FEAT_MLA = 1u << 6,         /* an MLA case (kind_mla_stage.h)        (stage 09) */
-    FEAT_PAGED = 1u << 7        /* a paged KV cache (page_size > 0)    (stage 11) */
+    FEAT_PAGED = 1u << 6        /* a paged KV cache (page_size > 0)    (stage 11) */
 };
-#define FEAT_COUNT 8
+#define FEAT_COUNT 7
 
 /* Features a problem needs (backward counts only when dout is non-NULL). */
 unsigned attn_required_features(const AttnProblem *p);
@@ -121,6 +120,12 @@ typedef struct {
 typedef int (*AttnFn)(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err);
 typedef size_t (*WorkspaceFn)(const AttnProblem *p, const RunCtx *ctx, Direction dir);
 
+/* What every kind's entry (StageImpl.kind_entry) begins with: the name of the kind it belongs to
+ * (CaseKind.name). */
+typedef struct {
+    const char *kind;
+} KindEntry;
+
 /* One implementation of one stage on one device (a stage may have several variants). */
 typedef struct {
     const char *stage;   /* "03" */
@@ -134,8 +139,9 @@ typedef struct {
     WorkspaceFn workspace_bytes; /* NULL = no scratch. This is the "extra memory" the tools report:
                                     bytes beyond inputs and outputs that live in (simulated) HBM. */
     /* A stage of another case kind (forward and backward NULL): the entry points that kind calls,
-       of a type the kind defines (stage 09: an MlaEntry, common/kind_mla_stage.h); NULL for
-       attention stages. */
+       of a type the kind defines (stage 09: an MlaEntry, common/kind_mla_stage.h) whose first
+       member is the kind's name (KindEntry below), which is how the kind recognises its stages;
+       NULL for attention stages. */
     const void *kind_entry;
     Precision precision; /* what it computes in; PRECISION_F32 (0) for stages 01–11 */
     int head_dims[2];    /* the head dims it runs, each with d = dv; {0, 0} = any */

@@ -367,11 +367,12 @@ static int load_hunks(CopyFile *f, const char *path, const char *scratch_dir, Fl
 
 static int load_files(Exercise *ex, const char *scratch_dir, FlError *err)
 {
-    static const char *const source_kinds[] = {".h", ".c", ".cu"};
-    StageFiles mine[3];
+    static const char *const source_kinds[] = {".h", ".cuh", ".c", ".cu"};
+    enum { KINDS = sizeof source_kinds / sizeof source_kinds[0] };
+    StageFiles mine[KINDS];
     char path[4096];
     int marker_stage = 0;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < KINDS; k++) {
         stage_files_list(ex->folder, source_kinds[k], &mine[k]);
         for (int i = 0; i < mine[k].count; i++) {
             CopyFile *f = &ex->files[ex->nfiles++];
@@ -383,7 +384,7 @@ static int load_files(Exercise *ex, const char *scratch_dir, FlError *err)
             marker_stage |= has_markers(f->source.text);
         }
     }
-    for (int k = 0, n = 0; k < 3; k++)
+    for (int k = 0, n = 0; k < KINDS; k++)
         for (int i = 0; i < mine[k].count; i++) {
             CopyFile *f = &ex->files[n++];
             choose_made_from(ex, &mine[k], i, source_kinds[k], marker_stage, f);

@@ -35,14 +35,14 @@ static int has_student_impls(void)
     return 0;
 }
 
-/* The newest modification time of the copy's sources (.c, .cu, .h, CMakeLists.txt) in dir. */
+/* The newest modification time of the copy's sources (.c, .cu, .h, .cuh, CMakeLists.txt) in dir. */
 static time_t newest_source(const char *dir)
 {
     time_t newest = 0;
     DIR *d = opendir(dir);
     for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
         const char *dot = strrchr(e->d_name, '.');
-        if (!(dot && (!strcmp(dot, ".c") || !strcmp(dot, ".cu") || !strcmp(dot, ".h"))) &&
+        if (!(dot && (!strcmp(dot, ".c") || !strcmp(dot, ".cu") || !strcmp(dot, ".h") || !strcmp(dot, ".cuh"))) &&
             strcmp(e->d_name, "CMakeLists.txt") != 0)
             continue;
         char path[PATH_MAX + 256];

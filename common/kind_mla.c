@@ -244,7 +244,11 @@ static int load(Case *c, int want_expected, FlError *err)
 
 static const MlaEntry *entry_of(const StageImpl *impl) { return (const MlaEntry *)impl->kind_entry; }
 
-static int takes(const StageImpl *impl) { return (impl->features & FEAT_MLA) && impl->kind_entry != NULL; }
+static int takes(const StageImpl *impl)
+{
+    const KindEntry *e = (const KindEntry *)impl->kind_entry;
+    return e && !strcmp(e->kind, kind_mla.name);
+}
 
 static Direction direction(const StageImpl *impl, const Case *c, int want)
 {

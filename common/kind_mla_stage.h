@@ -41,6 +41,7 @@ typedef size_t (*MlaWorkspaceFn)(const MlaProblem *p, const RunCtx *ctx);
 
 /* StageImpl.kind_entry of a stage 09 implementation: its step and its scratch size. */
 typedef struct {
+    const char *kind; /* "mla": the kind's name, first (KindEntry, attn.h) */
     MlaFn forward;
     MlaWorkspaceFn workspace_bytes; /* NULL = no scratch */
 } MlaEntry;

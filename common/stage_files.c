@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-const char *const stage_file_kinds[] = {".h", ".c", ".cu", "README.md", NULL};
+const char *const stage_file_kinds[] = {".h", ".cuh", ".c", ".cu", "README.md", NULL};
 
 int stage_arg_looks_like_stage(const char *arg)
 {
@@ -140,6 +140,38 @@ int stage_run_program(const char *const argv[], const char *cwd, int out_fd, FlE
     if (!WIFEXITED(status) || WEXITSTATUS(status) == 127)
         return fl_fail(err, -1, "the system '%s' could not run or was killed", argv[0]);
     return WEXITSTATUS(status);
+}
+
+int stage_file_declared(const char *folder, const char *name, char *out, size_t len)
+{
+    char path[4400], line[2 * STAGE_NAME_LEN], parent[STAGE_NAME_LEN] = "";
+    stage_path(folder, "PARENT", path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    int found = 0, first = 1;
+    while (!found && fgets(line, sizeof line, f)) {
+        char a[STAGE_NAME_LEN], b[STAGE_NAME_LEN];
+        if (first) { /* the parent's name */
+            first = 0;
+            if (sscanf(line, "%255s", parent) != 1)
+                break;
+            continue;
+        }
+        if (sscanf(line, "%255s %255s", a, b) != 2 || strcmp(a, name) != 0)
+            continue;
+        FlError err = {{0}};
+        char parent_folder[STAGE_NAME_LEN];
+        if (!strcmp(b, "-") || strchr(b, '/'))
+            snprintf(out, len, "%s", b);
+        else if (stage_folder_find(parent, parent_folder, sizeof parent_folder, &err) == FL_OK)
+            snprintf(out, len, "%s/%s", parent_folder, b);
+        else
+            break;
+        found = 1;
+    }
+    fclose(f);
+    return found;
 }
 
 int stage_parent(const char *folder, char *parent, size_t len, FlError *err)

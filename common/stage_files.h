@@ -20,8 +20,8 @@ enum { STAGE_MAX_FILES = 8, STAGE_NAME_LEN = 256 };
 #define STAGE_MARKER_BEGIN "exercise: begin"
 #define STAGE_MARKER_END "exercise: end"
 
-/* The kinds of file a lesson is made of, in the order the diff shows them: ".h", ".c", ".cu",
- * "README.md"; NULL-terminated. A kind starting with '.' is a suffix, anything else a whole name. */
+/* The kinds of file a lesson is made of, in the order the diff shows them: ".h", ".cuh" (CUDA code
+ * a .cu file includes), ".c", ".cu", "README.md"; NULL-terminated. A kind starting with '.' is a suffix, anything else a whole name. */
 extern const char *const stage_file_kinds[];
 
 /* "1", "01" or "01_naive" (digits, optionally followed by _name): could name a stage. */
@@ -35,6 +35,13 @@ int stage_folder_find(const char *arg, char *folder, size_t len, FlError *err);
  * (a track off the ladder: 10 -> 08, 11 -> 10, 12 -> 08, 13 -> 08), else the stage numbered one
  * less. FL_BAD_INPUT for stage 01 or a PARENT that names no stage. */
 int stage_parent(const char *folder, char *parent, size_t len, FlError *err);
+
+/* What stages/<folder>/PARENT declares about the stage's file `name`, on a line "name partner" after
+ * the parent's name: the file it continues when the names differ, as a path under stages/
+ * ("04_flash_forward/flash_forward.cu"; a bare file name means the parent's file), or "-" for a
+ * step of its own that the lesson diff leaves out (the README walks it). Returns 1 and fills out
+ * when there is such a line, 0 when there is none. */
+int stage_file_declared(const char *folder, const char *name, char *out, size_t len);
 
 /* Path of stages/<folder>[/<file>] in the source tree. */
 void stage_path(const char *folder, const char *file, char *path, size_t len);

@@ -29,6 +29,8 @@ cli_test(unsupported_causal 3 "does not support causal.*stage 07" check 01 ${cli
 cli_test(bwd_on_forward_stage 3 "stage 06 adds it" check 01 --direction bwd)
 cli_test(diff 0 "\\+\\+\\+ stages/02_chunked/chunked.c" diff 01 02)
 cli_test(diff_new_file 0 "\\+\\+\\+ stages/07_causal/mask.h" diff 06 07)
+cli_test(diff_step 0 "fa2_tuned.cuh: a step of its own" diff 05)
+cli_test(diff_declared_partner 0 "--- stages/05_fa2/fa2_tuned.cuh" diff 06)
 cli_test(diff_bad_stage 2 "no folder" diff 01 98)
 cli_test(bench_json 0 "\"time_ms\": [0-9]" bench --stages 01 --T 16 --H 1 --reps 1 --json)
 cli_test(tour_cpu 0 "rows, 0 failed" tour --device cpu)

@@ -24,7 +24,6 @@ typedef struct {
 /* One implementation and its closed form (M is 0 for rows with uses_sram = 0). The last fields
  * are read only by the stages that use them:
  *   flash      (07, 10): the row skips masked tiles, so the stage's traffic law applies to it;
- *   naive_bwd  (10): its backward keeps D (B Hq Tq floats more than stage 08);
  *   fwd_br     (08): the query tile of its FA2 forward for the GQA law (NULL: no FA2 forward). */
 typedef struct {
     Device device;
@@ -32,7 +31,6 @@ typedef struct {
     HbmPassCounts (*model)(const AttnProblem *p, size_t M);
     int uses_sram;
     int flash;
-    int naive_bwd;
     uint64_t (*fwd_br)(const AttnProblem *p, size_t M);
 } HbmModelRow;
 

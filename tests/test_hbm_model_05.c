@@ -53,8 +53,9 @@ static uint64_t block_r_cpu(const TestShape *s, uint64_t M)
     return max_u64(1, min_u64(Bc, (uint64_t)s->d));
 }
 
-/* CUDA: every kernel configuration uses Br = 128 query rows per thread block. */
-enum { BR_CUDA = 128 };
+/* CUDA: the lesson kernel (fa2.cu, the default) has Br = 32 query rows per thread block, every
+ * configuration of the tuned one (fa2_tuned.cuh, variant "tuned") Br = 128. */
+enum { BR_CUDA_LESSON = 32, BR_CUDA_TUNED = 128 };
 
 /* Runs impl on one shape (SRAM size M for the CPU, 0 otherwise) with counting on; 0 when the
  * counts, the workspace and the outputs are right. */
@@ -109,14 +110,17 @@ int main(int argc, char **argv)
         return status;
     const int cuda = device == DEVICE_CUDA;
     const StageImpl *impl = stage_find("05", cuda ? DEVICE_CUDA : DEVICE_CPU, "");
-    if (!impl) {
-        fprintf(stderr, "stage 05 has no %s implementation in this build\n", argv[1]);
+    const StageImpl *tuned = cuda ? stage_find("05", DEVICE_CUDA, "tuned") : NULL;
+    if (!impl || (cuda && !tuned)) {
+        fprintf(stderr, "stage 05 has no %s implementation%s in this build\n", argv[1], cuda ? " or no tuned one" : "");
         return 1;
     }
     int failures = 0, runs = 0;
     if (cuda) {
-        for (int i = 0; i < SHAPE_COUNT; i++, runs++)
-            failures += check_shape(impl, &shapes[i], 0, BR_CUDA);
+        for (int i = 0; i < SHAPE_COUNT; i++, runs += 2) {
+            failures += check_shape(impl, &shapes[i], 0, BR_CUDA_LESSON);
+            failures += check_shape(tuned, &shapes[i], 0, BR_CUDA_TUNED);
+        }
     } else {
         /* two SRAM sizes: the default and a small one that forces many small tiles */
         const size_t sizes[] = {FLASHLAB_DEFAULT_SRAM_BYTES, 16u * 1024u};

@@ -100,8 +100,8 @@ static HbmPassCounts model_tc(const AttnProblem *p, size_t M)
 }
 
 static const HbmModelRow models[] = {
-    {DEVICE_CPU, "", model_tc, 0, 0, 0, NULL},
-    {DEVICE_CUDA, "", model_tc, 0, 0, 0, NULL},
+    {DEVICE_CPU, "", model_tc, 0, 0, NULL},
+    {DEVICE_CUDA, "", model_tc, 0, 0, NULL},
 };
 enum { MODEL_COUNT = sizeof models / sizeof models[0] };
 

@@ -430,7 +430,7 @@ static int check_impl(const StageImpl *impl)
     const int ring = strcmp(impl->stage, "13") == 0;
     RunOpts base = {0, ring ? 2 : 0, 0};
     int refused_tiles = 0;
-    if (impl->features & FEAT_MLA) {
+    if (kind_of_stage(impl) == &kind_mla) {
         for (int s = 0; s < MLA_SHAPES; s++)
             mla_config(&r, impl, s, &base);
     } else {

@@ -51,26 +51,23 @@ int test_mla_make(TestMla *x, const TestMlaShape *s, uint64_t seed)
  *   y[b,i] += o W_o[h]                                    (D) */
 
 /* out (width) = row (n) times the columns [offset, offset + width) of w, a row-major (n, stride)
- * matrix: the h-th slice W[:, h, :] of a (n, H, width) weight has stride H width, offset h width. */
-static void project(const double *row, int n, const float *w, int stride, int offset, int width,
-                    double *out)
+ * matrix: the h-th slice W[:, h, :] of a (n, H, width) weight has stride H width, offset h width.
+ * With absolute set, every product is taken in absolute value: the size of the terms out adds up. */
+static void project_terms(const double *row, int n, const float *w, int stride, int offset, int width,
+                          int absolute, double *out)
 {
     for (int c = 0; c < width; c++)
         out[c] = 0.0;
     for (int r = 0; r < n; r++)
-        for (int c = 0; c < width; c++)
-            out[c] += row[r] * (double)w[(size_t)r * stride + offset + c];
+        for (int c = 0; c < width; c++) {
+            const double t = row[r] * (double)w[(size_t)r * stride + offset + c];
+            out[c] += absolute ? fabs(t) : t;
+        }
 }
 
-/* The same with every product taken in absolute value: the size of the terms out adds up. */
-static void project_abs(const double *row, int n, const float *w, int stride, int offset, int width,
-                        double *out)
+static void project(const double *row, int n, const float *w, int stride, int offset, int width, double *out)
 {
-    for (int c = 0; c < width; c++)
-        out[c] = 0.0;
-    for (int r = 0; r < n; r++)
-        for (int c = 0; c < width; c++)
-            out[c] += fabs(row[r] * (double)w[(size_t)r * stride + offset + c]);
+    project_terms(row, n, w, stride, offset, width, 0, out);
 }
 
 static void widen(const float *x, int n, double *out)
@@ -129,7 +126,7 @@ static void head_keys(const MlaProblem *p, int b, int h, int keys, Scratch *w)
         widen(ckv + key * p->m, p->m, w->lat);
         project(w->lat, p->m, p->in[MLA_W_UK], p->H * p->dh, h * p->dh, p->dh, w->kn);
         project(w->lat, p->m, p->in[MLA_W_UV], p->H * p->dv, h * p->dv, p->dv, w->val + (size_t)j * p->dv);
-        project_abs(w->lat, p->m, p->in[MLA_W_UV], p->H * p->dv, h * p->dv, p->dv, w->val_abs + (size_t)j * p->dv);
+        project_terms(w->lat, p->m, p->in[MLA_W_UV], p->H * p->dv, h * p->dv, p->dv, 1, w->val_abs + (size_t)j * p->dv);
         double dot = 0.0, size = 0.0;
         for (int c = 0; c < p->dh; c++) {
             dot += w->qn[c] * w->kn[c];

@@ -7,7 +7,9 @@
 #   git archive -o .deps/ref.tar <commit>      # here: .deps travels with the checkout
 #   tools/gpu-compare.sh .deps/ref.tar         # on the GPU machine, after tools/gpu-check.sh
 #
-# Environment: STAGES="05 06 12" (benched stages), ARGS (extra bench flags, default
+# Environment: STAGES="05 06 12" (benched stages), NEW_VARIANTS="05=tuned" (bench that variant of
+# a stage in this checkout against the reference's default one: a kernel that moved to a named
+# variant, as stage 05's tuned kernel did), ARGS (extra bench flags, default
 # "--T 4096 --B 4 --H 16 --reps 10"), ROUNDS=3, CUDA_ARCH=90, OUT=./gpu-out.
 # Prints one line per (stage, direction, d): the median ms of each build over the rounds and the
 # ratio new / reference. Exit 1 when a build or a bench fails.
@@ -36,18 +38,21 @@ rm -rf /tmp/flashlab-ref && mkdir -p /tmp/flashlab-ref && tar -xf "$ref_tar" -C 
 build /tmp/flashlab-ref /tmp/flashlab-ref/build || { echo "gpu-compare: the reference did not build"; exit 1; }
 new=build-gpu/flashlab ref=/tmp/flashlab-ref/build/flashlab
 
-# bench_ms BINARY STAGE DIRECTION D: the median ms the bench reports
+# bench_ms BINARY STAGE DIRECTION D [VARIANT]: the median ms the bench reports for that variant
+# ("" = the default one)
 # (nan when the bench fails or prints no row for the default variant)
 bench_ms() {
-  "$1" bench --device cuda --stages "$2" --direction "$3" --d "$4" $ARGS --json 2>/dev/null |
-    python3 -c '
-import json, sys
+  "$1" bench --device cuda --stages "$2" --direction "$3" --d "$4" ${5:+--variant "$5"} $ARGS --json 2>/dev/null |
+    VARIANT="${5:-}" python3 -c '
+import json, os, sys
 try:
-    r = [x for x in json.load(sys.stdin) if x["variant"] == ""]
+    r = [x for x in json.load(sys.stdin) if x["variant"] == os.environ["VARIANT"]]
     print(r[0]["time_ms"] if r and r[0]["error"] is None else "nan")
 except (ValueError, KeyError, IndexError):
     print("nan")'
 }
+# The variant of stage $1 that this checkout benches (NEW_VARIANTS), "" for the default one.
+new_variant() { echo " ${NEW_VARIANTS:-} " | sed -n "s/.* $1=\([^ ]*\) .*/\1/p"; }
 # Whether stage $1's default CUDA implementation has a backward pass (flashlab list's features).
 has_backward() { "$new" list | awk -v s="$1" '$1 == s && $3 == "cuda" && $4 == "-"' | grep -q backward; }
 median() { python3 -c 'import sys,statistics as s; v=[float(x) for x in sys.argv[1:] if x!="nan"]; print(s.median(v) if v else float("nan"))' "$@"; }
@@ -61,7 +66,7 @@ for s in $STAGES; do
       r=() n=()
       for _ in $(seq "$ROUNDS"); do
         r+=("$(bench_ms $ref "$s" $dir $d)")
-        n+=("$(bench_ms $new "$s" $dir $d)")
+        n+=("$(bench_ms $new "$s" $dir $d "$(new_variant "$s")")")
       done
       mr=$(median "${r[@]}") mn=$(median "${n[@]}")
       ratio=$(python3 -c "import math; a,b=$mr,$mn; print('%.3f' % (b/a) if a==a and b==b else 'nan')")

@@ -64,8 +64,9 @@ int has_backward(const StageImpl *impl);
 const char *no_backward_reason(const StageImpl *impl);
 /* "float32", or "bf16 d=64,128". */
 const char *precision_label(const StageImpl *impl, char *buf, size_t len);
-/* "forward,backward,causal,...". */
-const char *feature_list(unsigned features, char *buf, size_t len);
+/* "forward,backward,causal,...", and the kind's name for a stage of a kind other than attention
+ * ("forward,mla"). */
+const char *feature_list(const StageImpl *impl, char *buf, size_t len);
 /* The implementation named by stage and o's device and variant, or why not (2) or no device (77). */
 int resolve_impl(const Options *o, const char *stage, const StageImpl **impl);
 RunCtx run_ctx(const Options *o);

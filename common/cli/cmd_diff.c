@@ -60,9 +60,42 @@ static int combine(int so_far, int next)
     return so_far == STAGE_PIPE_CLOSED || next == STAGE_PIPE_CLOSED ? STAGE_PIPE_CLOSED : worse(so_far, next);
 }
 
-/* One kind of file of stages fa and fb: paired files (stage_files_partner) are diffed; a file new
- * in fb is shown in full as added lines (it is part of the lesson); a file only in fa is named. */
-static int diff_kind(const char *fa, const char *fb, const char *kind)
+/* Whether some file of stage fb (any kind) declares stages/<fa>/<name> as the file it continues. */
+static int declared_by_b(const char *fa, const char *name, const char *fb)
+{
+    char want[2 * STAGE_NAME_LEN], declared[2 * STAGE_NAME_LEN];
+    snprintf(want, sizeof want, "%s/%s", fa, name);
+    for (int k = 0; stage_file_kinds[k]; k++) {
+        StageFiles b;
+        stage_files_list(fb, stage_file_kinds[k], &b);
+        for (int m = 0; m < b.count; m++)
+            if (stage_file_declared(fb, b.names[m], declared, sizeof declared) && !strcmp(declared, want))
+                return 1;
+    }
+    return 0;
+}
+
+/* The index among a's files not yet done of the one that pairs with `name`: the same name, or
+ * the only one left when `name` is the only one left on its side too; -1 when none does. */
+static int partner_left(const StageFiles *a, const int *a_done, const char *name, int others_left)
+{
+    int left = -1, count = 0;
+    for (int i = 0; i < a->count; i++) {
+        if (a_done[i])
+            continue;
+        if (!strcmp(a->names[i], name))
+            return i;
+        left = i, count++;
+    }
+    return count == 1 && others_left == 1 ? left : -1;
+}
+
+/* One kind of file of stages fa and fb. First, when fa is fb's parent, the files fb's PARENT
+ * declares (stage_file_declared): diffed against the file they continue, or named as a step the
+ * lesson leaves out. Then the rest:
+ * paired files are diffed; a file new in fb is shown in full as added lines (it is part of the
+ * lesson); a file only in fa is named. */
+static int diff_kind(const char *fa, const char *fb, const char *kind, int from_parent)
 {
     StageFiles a, b;
     stage_files_list(fa, kind, &a);
@@ -70,20 +103,45 @@ static int diff_kind(const char *fa, const char *fb, const char *kind)
     if (a.count == 0 && b.count == 0)
         return FL_OK;
     printf("==== %s ====\n", kind);
-    int rc = FL_OK;
-    char pa[4400], pb[4400];
+    int rc = FL_OK, a_done[STAGE_MAX_FILES] = {0}, b_done[STAGE_MAX_FILES] = {0};
+    char pa[4400], pb[4400], declared[2 * STAGE_NAME_LEN];
+    for (int m = 0; m < b.count && from_parent && rc != STAGE_PIPE_CLOSED; m++) {
+        if (!stage_file_declared(fb, b.names[m], declared, sizeof declared))
+            continue;
+        b_done[m] = 1;
+        if (!strcmp(declared, "-")) {
+            printf("stages/%s/%s: a step of its own, not part of the lesson diff (its README walks it)\n", fb,
+                   b.names[m]);
+            continue;
+        }
+        for (int i = 0; i < a.count; i++) /* a file of fa it continues is paired now */
+            if (!strncmp(declared, fa, strlen(fa)) && declared[strlen(fa)] == '/' &&
+                !strcmp(declared + strlen(fa) + 1, a.names[i]))
+                a_done[i] = 1;
+        snprintf(pa, sizeof pa, "stages/%s", declared);
+        snprintf(pb, sizeof pb, "stages/%s/%s", fb, b.names[m]);
+        rc = combine(rc, run_diff(pa, pb));
+    }
+    int a_left = 0;
+    for (int i = 0; i < a.count; i++) {
+        a_done[i] |= from_parent && declared_by_b(fa, a.names[i], fb); /* diffed with its successor */
+        a_left += !a_done[i];
+    }
     for (int i = 0; i < a.count && rc != STAGE_PIPE_CLOSED; i++) {
-        const int j = stage_files_partner(&a, i, &b);
+        if (a_done[i])
+            continue;
+        const int j = partner_left(&b, b_done, a.names[i], a_left);
         snprintf(pa, sizeof pa, "stages/%s/%s", fa, a.names[i]);
         if (j < 0) {
             printf("only in stages/%s: %s\n", fa, a.names[i]);
             continue;
         }
+        b_done[j] = 1;
         snprintf(pb, sizeof pb, "stages/%s/%s", fb, b.names[j]);
         rc = combine(rc, run_diff(pa, pb));
     }
     for (int m = 0; m < b.count && rc != STAGE_PIPE_CLOSED; m++) {
-        if (stage_files_partner(&b, m, &a) >= 0)
+        if (b_done[m])
             continue;
         printf("new in stages/%s: %s\n", fb, b.names[m]);
         snprintf(pb, sizeof pb, "stages/%s/%s", fb, b.names[m]);
@@ -115,9 +173,11 @@ int cmd_diff(Options *o)
     }
     signal(SIGPIPE, SIG_IGN); /* `flashlab diff | head`: a closed pipe ends the diff quietly */
     printf("# stages/%s -> stages/%s%s\n", fa, fb, o->docs ? "" : " (code only; --docs adds the READMEs)");
+    char parent[256];
+    const int from_parent = stage_parent(fb, parent, sizeof parent, &err) == FL_OK && !strcmp(parent, fa);
     int rc = FL_OK;
     for (int k = 0; stage_file_kinds[k] && rc != STAGE_PIPE_CLOSED; k++)
         if (o->docs || strcmp(stage_file_kinds[k], "README.md") != 0)
-            rc = combine(rc, diff_kind(fa, fb, stage_file_kinds[k]));
+            rc = combine(rc, diff_kind(fa, fb, stage_file_kinds[k], from_parent));
     return rc == STAGE_PIPE_CLOSED ? FL_OK : rc;
 }

@@ -17,7 +17,7 @@ int cmd_list(Options *o)
         char features[256], precision[48];
         printf("%-5s  %-16s  %-6s  %-10s  %-13s  %s\n", all[i]->stage, all[i]->name, device_name(all[i]->device),
                all[i]->variant[0] ? all[i]->variant : "-", precision_label(all[i], precision, sizeof precision),
-               feature_list(all[i]->features, features, sizeof features));
+               feature_list(all[i], features, sizeof features));
         print_wrapped(7, CLI_WIDTH, all[i]->lesson);
     }
     printf("cuda device: %s\n", cuda_device_available() ? cuda_device_description() : "none");

@@ -32,12 +32,15 @@ void json_string(const char *s)
     putchar('"');
 }
 
-const char *feature_list(unsigned features, char *buf, size_t len)
+const char *feature_list(const StageImpl *impl, char *buf, size_t len)
 {
     size_t used = (size_t)snprintf(buf, len, "forward");
     for (unsigned bit = 0; bit < FEAT_COUNT && used < len; bit++)
-        if (features & (1u << bit))
+        if (impl->features & (1u << bit))
             used += (size_t)snprintf(buf + used, len - used, ",%s", attn_feature_name(1u << bit));
+    const CaseKind *kind = kind_of_stage(impl);
+    if (kind->marker && used < len) /* a stage of a kind other than the default: its name */
+        snprintf(buf + used, len - used, ",%s", kind->name);
     return buf;
 }
 

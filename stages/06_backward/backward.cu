@@ -1,7 +1,9 @@
 /* stages/06_backward/backward.cu — FlashAttention-2 forward and backward as CUDA kernels, float32.
  *
  * New in stage 06: the backward pass, below "the backward pass" (three variants: dQ by atomics,
- * deterministic, and the cuBLAS naive baseline). The forward kernel is stage 05's, unchanged:
+ * deterministic, and the cuBLAS naive baseline of common/cuda_naive.cu). The forward kernel is
+ * stage 05's tuned kernel (stages/05_fa2/fa2_tuned.cuh, which stages/06_backward/PARENT names as
+ * this file's parent), unchanged:
  *
  * One thread block owns one query tile Q_i (Br rows) of one head and walks over every K/V tile
  * (Bc rows) of that head. Per query row it keeps, in registers:
@@ -31,7 +33,7 @@
 #include <stdint.h>
 
 #include "attn.h"
-#include "cuda_blas.h"
+#include "naive.h"
 #include "cuda_fa2_tiles.cuh"
 #include "cuda_tiles.cuh"
 #include "cuda_util.h"
@@ -590,114 +592,6 @@ static int bwd_cuda_deterministic(const AttnProblem *p, AttnTensors *t, RunCtx *
     return bwd_cuda(p, t, ctx, true, err);
 }
 
-// ---- variant naive: the textbook backward with cuBLAS, P and dP materialised -------------------
-// The forward it pairs with is stage 01's cuBLAS forward, taken from the registry.
-
-static const StageImpl *naive_forward_impl(void)
-{
-    return stage_find("01", DEVICE_CUDA, NULL);
-}
-
-// Forward: stage 01's S/P buffer. Backward: P and dP (then dS in place), (B, Hq, Tq, Tk) each.
-static size_t naive_workspace_bytes(const AttnProblem *p, const RunCtx *ctx, Direction dir)
-{
-    if (dir == DIR_FWD)
-        return naive_forward_impl()->workspace_bytes(p, ctx, dir);
-    return 2 * (size_t)p->B * p->Hq * p->Tq * p->Tk * sizeof(float);
-}
-
-static int naive_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
-{
-    return naive_forward_impl()->forward(p, t, ctx, err);
-}
-
-// P = exp(S - lse) in place over S (scale already applied by the GEMM); one block per row.
-static __global__ void naive_probs_kernel(float *S, const float *lse, int Tk,
-                                          unsigned long long *hbm)
-{
-    const size_t row = blockIdx.x;
-    const float l = lse[row];
-    for (int j = threadIdx.x; j < Tk; j += blockDim.x)
-        S[row * Tk + j] = expf(S[row * Tk + j] - l);
-    if (threadIdx.x == 0) {
-        hbm_dev_add(hbm, HBM_READ, ((unsigned long long)Tk + 1) * sizeof(float)); // S, lse
-        hbm_dev_add(hbm, HBM_WRITTEN, (unsigned long long)Tk * sizeof(float));    // P
-    }
-}
-
-// dS = P ∘ (dP - rowsum(P ∘ dP)) in place over dP; one block per row, two passes over the row.
-static __global__ void naive_ds_kernel(const float *P, float *dP, int Tk, unsigned long long *hbm)
-{
-    __shared__ float scratch[32];
-    const size_t row = blockIdx.x;
-    const float *p = P + row * Tk;
-    float *dp = dP + row * Tk;
-    float acc = 0.0f;
-    for (int j = threadIdx.x; j < Tk; j += blockDim.x)
-        acc = fmaf(p[j], dp[j], acc);
-    const float rowsum = block_sum(acc, scratch); // rowsum(P ∘ dP), the textbook form of D
-    for (int j = threadIdx.x; j < Tk; j += blockDim.x)
-        dp[j] = p[j] * (dp[j] - rowsum);
-    if (threadIdx.x == 0) {
-        hbm_dev_add(hbm, HBM_READ, 4ull * Tk * sizeof(float)); // P, dP, twice
-        hbm_dev_add(hbm, HBM_WRITTEN, (unsigned long long)Tk * sizeof(float));
-    }
-}
-
-static int naive_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
-{
-    cublasHandle_t handle;
-    int rc = fl_cublas_handle(&handle, err);
-    if (rc != FL_OK)
-        return rc;
-    const int batch = p->B * p->Hq, Tq = p->Tq, Tk = p->Tk, d = p->d, dv = p->dv;
-    const long long TT = (long long)Tq * Tk, n = (long long)batch;
-    float *P = (float *)ctx->workspace, *dP = P + n * TT; // (B, Hq, Tq, Tk) each
-    unsigned long long *hbm = ctx->hbm_dev;
-    const RmOperand Q = {p->q, d, (long long)Tq * d, 0}, K = {p->k, d, (long long)Tk * d, 0},
-                    V = {p->v, dv, (long long)Tk * dv, 0}, dO = {p->dout, dv, (long long)Tq * dv, 0},
-                    dSm = {dP, Tk, TT, 0};
-    const RmOperand Kt = {K.ptr, K.ld, K.stride, 1}, Vt = {V.ptr, V.ld, V.stride, 1},
-                    Pt = {P, Tk, TT, 1}, dSt = {dP, Tk, TT, 1};
-    const unsigned long long f = sizeof(float);
-
-    // S = scale Q K^T   (Tq, Tk), then P = exp(S - lse) in place
-    rc = fl_gemm_rm(handle, Tq, Tk, d, p->scale, Q, Kt, 0.0f, P, Tk, TT, batch, "S = Q K^T", err);
-    if (rc == FL_OK)
-        rc = hbm_dev_add_from_host(hbm, f * n * ((long long)Tq * d + (long long)Tk * d), f * n * TT, err);
-    if (rc == FL_OK) {
-        naive_probs_kernel<<<(unsigned)(n * Tq), 256>>>(P, t->lse, Tk, hbm);
-        rc = fl_cuda_launch_status("naive_probs_kernel", err);
-    }
-    // dV = P^T dO   (Tk, dv)
-    if (rc == FL_OK)
-        rc = fl_gemm_rm(handle, Tk, dv, Tq, 1.0f, Pt, dO, 0.0f, t->dv, dv, (long long)Tk * dv, batch,
-                        "dV = P^T dO", err);
-    if (rc == FL_OK)
-        rc = hbm_dev_add_from_host(hbm, f * n * (TT + (long long)Tq * dv), f * n * Tk * dv, err);
-    // dP = dO V^T   (Tq, Tk)
-    if (rc == FL_OK)
-        rc = fl_gemm_rm(handle, Tq, Tk, dv, 1.0f, dO, Vt, 0.0f, dP, Tk, TT, batch, "dP = dO V^T", err);
-    if (rc == FL_OK)
-        rc = hbm_dev_add_from_host(hbm, f * n * ((long long)Tq * dv + (long long)Tk * dv), f * n * TT, err);
-    // dS = P ∘ (dP - rowsum(P ∘ dP)), in place over dP
-    if (rc == FL_OK) {
-        naive_ds_kernel<<<(unsigned)(n * Tq), 256>>>(P, dP, Tk, hbm);
-        rc = fl_cuda_launch_status("naive_ds_kernel", err);
-    }
-    // dQ = scale dS K   (Tq, d);   dK = scale dS^T Q   (Tk, d)
-    if (rc == FL_OK)
-        rc = fl_gemm_rm(handle, Tq, d, Tk, p->scale, dSm, K, 0.0f, t->dq, d, (long long)Tq * d, batch,
-                        "dQ = dS K", err);
-    if (rc == FL_OK)
-        rc = fl_gemm_rm(handle, Tk, d, Tq, p->scale, dSt, Q, 0.0f, t->dk, d, (long long)Tk * d, batch,
-                        "dK = dS^T Q", err);
-    if (rc == FL_OK)
-        rc = hbm_dev_add_from_host(hbm, f * n * (2 * TT + (long long)Tk * d + (long long)Tq * d),
-                                   f * n * ((long long)Tq * d + (long long)Tk * d), err);
-    return rc;
-}
-
 static const StageImpl bwd_cuda_flash = {
     "06",
     "backward",
@@ -727,11 +621,11 @@ static const StageImpl bwd_cuda_naive = {
     "backward",
     "naive",
     DEVICE_CUDA,
-    "textbook backward with cuBLAS: P and dP materialised in HBM (stage 01 forward)",
+    "textbook backward with cuBLAS: P and dP materialised in HBM (common/cuda_naive.cu)",
     FEAT_BACKWARD,
-    naive_forward,
-    naive_backward,
-    naive_workspace_bytes,
+    cuda_naive_forward,
+    cuda_naive_backward,
+    cuda_naive_workspace_bytes,
 };
 
 extern "C" const StageImpl *const stage06_backward_cuda[] = {&bwd_cuda_flash, &bwd_cuda_det,

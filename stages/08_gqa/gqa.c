@@ -37,7 +37,8 @@
  * per head ~ Tk (d + dv) twice + ceil(Tk / Bc) Tq (3d + dv + 2): Q, dO, lse, D and dQ stream past
  * every K/V block. Extra memory: D, 4 B Hq Tq bytes. Block sizes: see grad_blocking().
  * Variant "naive": the textbook backward with P and dP materialised in HBM, for comparison (its
- * forward is the FA2 forward above: that variant is about the backward).
+ * forward is the FA2 forward above: that variant is about the backward). Its backward is not in
+ * this file: it is common/cpu_naive.c, which stages 06, 07, 08 and 10 register alike.
  *
  * New in stage 07: the causal mask, bottom-right aligned (mask.h). Query row i sits at
  * position i + Tk - Tq and sees the keys j <= i + Tk - Tq. Tiles wholly above the diagonal are
@@ -63,6 +64,7 @@
 #include <string.h>
 
 #include "attn.h"
+#include "naive.h"
 #include "hbm.h"
 #include "mask.h"
 #include "parallel.h"
@@ -298,7 +300,7 @@ static int fa2_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlErro
 
 static uint64_t float_bytes(size_t n) { return (uint64_t)n * sizeof(float); }
 
-/* sum_c a[c] b[c], accumulated in double: D_i = rowsum(dO_i ∘ O_i) and rowsum(P ∘ dP). */
+/* sum_c a[c] b[c], accumulated in double: D_i = rowsum(dO_i ∘ O_i). */
 static float row_dot(const float *a, const float *b, size_t n)
 {
     double acc = 0.0;
@@ -538,105 +540,6 @@ static int flash_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlE
     return FL_OK;
 }
 
-/* ---- naive backward: the textbook formulas, P and dP materialised in HBM ---------------------- */
-
-/* P and dP (then dS) of every head: 2 x (B, Hq, Tq, Tk) floats. */
-static size_t naive_workspace_bytes(const AttnProblem *p, const RunCtx *ctx, Direction dir)
-{
-    (void)ctx;
-    return dir == DIR_BWD ? 2 * (size_t)p->B * p->Hq * p->Tq * p->Tk * sizeof(float) : 0;
-}
-
-/* Seven passes over whole tensors, each counted where it happens (as in stage 01). A GEMM's "head"
- * is a kv head with its R packed rows, so dV = P^T dO and dK = dS^T Q sum over the group. */
-static int naive_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
-{
-    (void)err;
-    const size_t heads = (size_t)p->B * p->Hkv, R = packed_rows(p), Tk = p->Tk, d = p->d, dv = p->dv;
-    const size_t TT = R * Tk;
-    const int threads = ctx->threads > 0 ? ctx->threads : 1;
-    HbmCounter *hbm = ctx->hbm;
-    float *P = ctx->workspace;        /* S, then P, of every head   (B, Hkv, R, Tk) */
-    float *dP = P + heads * TT;       /* dP, then dS, of every head (B, Hkv, R, Tk) */
-    const long rows = (long)(heads * R);
-
-    blas_threads_push(threads);
-
-    // Pass 1: S = Q K^T * scale   (R, Tk) per kv head (a GEMM over its R packed rows)
-    for (size_t bh = 0; bh < heads; bh++) {
-        const Head x = head_slices(p, t, bh);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)R, (int)Tk, (int)d, p->scale,
-                    x.q, (int)d, x.k, (int)d, 0.0f, P + bh * TT, (int)Tk);
-    }
-    hbm_count_read(hbm, float_bytes(heads * (R * d + Tk * d))); /* Q, K */
-    hbm_count_write(hbm, float_bytes(heads * TT));               /* S */
-
-    // Pass 2: P = exp(S - lse) row by row, in place, from the forward's lse; 0 for the keys a row
-    // does not see (the whole score matrix was computed: the mask saves no work here)
-    const Causal causal = causal_make(p->causal, p->Tq, p->Tk);
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (long row = 0; row < rows; row++) {
-        float *Pr = P + (size_t)row * Tk;
-        const size_t seen = (size_t)keys_seen(causal, (int)((size_t)row % R));
-        exp_shifted(Pr, seen, log_p_shift(t->lse[row]));
-        fill_row(Pr + seen, Tk - seen, 0.0f);
-    }
-    hbm_count_read(hbm, float_bytes(heads * (TT + R))); /* S, lse */
-    hbm_count_write(hbm, float_bytes(heads * TT));       /* P */
-
-    // Pass 3: dV = P^T dO   (Tk, dv) per head
-    for (size_t bh = 0; bh < heads; bh++) {
-        const Head x = head_slices(p, t, bh);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)Tk, (int)dv, (int)R, 1.0f,
-                    P + bh * TT, (int)Tk, x.dout, (int)dv, 0.0f, x.dv, (int)dv);
-    }
-    hbm_count_read(hbm, float_bytes(heads * (TT + R * dv))); /* P, dO */
-    hbm_count_write(hbm, float_bytes(heads * Tk * dv));       /* dV */
-
-    // Pass 4: dP = dO V^T   (R, Tk) per head
-    for (size_t bh = 0; bh < heads; bh++) {
-        const Head x = head_slices(p, t, bh);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)R, (int)Tk, (int)dv, 1.0f,
-                    x.dout, (int)dv, x.v, (int)dv, 0.0f, dP + bh * TT, (int)Tk);
-    }
-    hbm_count_read(hbm, float_bytes(heads * (R * dv + Tk * dv))); /* dO, V */
-    hbm_count_write(hbm, float_bytes(heads * TT));                 /* dP */
-
-    // Pass 5: dS = P ∘ (dP - rowsum(P ∘ dP)) row by row, in place over dP
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (long row = 0; row < rows; row++) {
-        const float *Pr = P + (size_t)row * Tk;
-        float *dSr = dP + (size_t)row * Tk;
-        /* rowsum(P ∘ dP) over the keys the row sees (the masked P are 0; a masked dP may be NaN) */
-        const float D = row_dot(Pr, dSr, (size_t)keys_seen(causal, (int)((size_t)row % R)));
-        for (size_t j = 0; j < Tk; j++)
-            dSr[j] = Pr[j] * (dSr[j] - D);
-    }
-    hbm_count_read(hbm, float_bytes(heads * 2 * TT)); /* P, dP */
-    hbm_count_write(hbm, float_bytes(heads * TT));    /* dS */
-
-    // Pass 6: dQ = scale * dS K   (R, d) per head
-    for (size_t bh = 0; bh < heads; bh++) {
-        const Head x = head_slices(p, t, bh);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)R, (int)d, (int)Tk, p->scale,
-                    dP + bh * TT, (int)Tk, x.k, (int)d, 0.0f, x.dq, (int)d);
-    }
-    hbm_count_read(hbm, float_bytes(heads * (TT + Tk * d))); /* dS, K */
-    hbm_count_write(hbm, float_bytes(heads * R * d));        /* dQ */
-
-    // Pass 7: dK = scale * dS^T Q   (Tk, d) per head
-    for (size_t bh = 0; bh < heads; bh++) {
-        const Head x = head_slices(p, t, bh);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)Tk, (int)d, (int)R, p->scale,
-                    dP + bh * TT, (int)Tk, x.q, (int)d, 0.0f, x.dk, (int)d);
-    }
-    hbm_count_read(hbm, float_bytes(heads * (TT + R * d))); /* dS, Q */
-    hbm_count_write(hbm, float_bytes(heads * Tk * d));       /* dK */
-
-    blas_threads_pop();
-    return FL_OK;
-}
-
 static const StageImpl flash = {
     .stage = "08",
     .name = "gqa",
@@ -650,7 +553,7 @@ static const StageImpl flash = {
 };
 
 /* The naive variant is about the backward: its forward is this file's FA2 forward, which
- * provides the o and lse the backward reads. */
+ * provides the o and lse that the shared textbook backward (common/cpu_naive.c) reads. */
 static const StageImpl naive = {
     .stage = "08",
     .name = "gqa",
@@ -659,8 +562,8 @@ static const StageImpl naive = {
     .lesson = "textbook backward, P and dP materialised in HBM, one GEMM per kv head over its group",
     .features = FEAT_BACKWARD | FEAT_CAUSAL | FEAT_GQA,
     .forward = fa2_forward,
-    .backward = naive_backward,
-    .workspace_bytes = naive_workspace_bytes, /* P and dP in the backward; nothing in the forward */
+    .backward = cpu_naive_backward,
+    .workspace_bytes = cpu_naive_workspace_bytes, /* P and dP in the backward; nothing in the forward */
 };
 
 const StageImpl *const stage08_gqa_cpu[] = {&flash, &naive, NULL};

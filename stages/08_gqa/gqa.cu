@@ -6,14 +6,15 @@
  * and its query rows are the R packed rows: a forward block's Br rows may hold several query heads
  * (with Tq = 1, the whole group), so each K/V tile is loaded once per kv head, not once per query
  * head; the backward block that owns K_j, V_j walks the query tiles of the whole group, so dK_j and
- * dV_j are summed over the group in registers, without atomics. The cuBLAS naive variant runs one
- * GEMM per kv head over its R rows. (Stage 07 read kv head h / group too, one query head per block.)
+ * dV_j are summed over the group in registers, without atomics. (The cuBLAS naive variant,
+ * common/cuda_naive.cu, runs one GEMM per kv head over its R rows.) (Stage 07 read kv head h / group too, one query head per block.)
  *
  * From stage 07: the causal mask, bottom-right aligned. A block visits only the
  * tiles on or below the diagonal: the forward's K/V loop stops at the tile holding the last
  * row's position, the backward's query loop starts at the first tile that sees K_j, and only the
  * tiles that cross the diagonal mask anything. Rows that see no key give O = 0, lse = -inf and
- * zero gradients. The grids put the longest rows first. The naive variant masks P.
+ * zero gradients. The grids put the longest rows first. The naive variant (common/cuda_naive.cu)
+ * masks P.
  * The kernels are stage 06's otherwise:
  *
  * One thread block owns one query tile Q_i (Br rows) of one head and walks over every K/V tile
@@ -44,7 +45,7 @@
 #include <stdint.h>
 
 #include "attn.h"
-#include "cuda_blas.h"
+#include "naive.h"
 #include "cuda_fa2_tiles.cuh"
 #include "cuda_tiles.cuh"
 #include "cuda_util.h"
@@ -641,165 +642,6 @@ static int bwd_cuda_deterministic(const AttnProblem *p, AttnTensors *t, RunCtx *
     return bwd_cuda(p, t, ctx, true, err);
 }
 
-// ---- variant naive: the textbook forward and backward with cuBLAS, P and dP materialised -------
-// The whole T x T score matrix is computed; the mask only zeroes P (no work is skipped). One
-// batched GEMM entry per kv head over its R packed rows: dV = P^T dO and dK = dS^T Q then sum
-// over the group inside the GEMM.
-
-// Forward: S, then P in place. Backward: P and dP (then dS in place), (B, Hkv, R, Tk) each.
-static size_t naive_workspace_bytes(const AttnProblem *p, const RunCtx *ctx, Direction dir)
-{
-    (void)ctx;
-    return (dir == DIR_BWD ? 2 : 1) * (size_t)p->B * p->Hq * p->Tq * p->Tk * sizeof(float);
-}
-
-// P = softmax(S) over the keys packed row i sees, in place, 0 elsewhere; lse = max + log(sum). One
-// block per row; a row that sees no key gets P = 0 and lse = -inf.
-static __global__ void naive_softmax_kernel(float *S, float *lse, int R, int Tk, Causal causal,
-                                            unsigned long long *hbm)
-{
-    __shared__ float scratch[32];
-    const size_t row = blockIdx.x;
-    const int seen = keys_seen(causal, (int)(row % R));
-    float *s = S + row * Tk;
-    float mx = -INFINITY, sum = 0.0f;
-    for (int j = threadIdx.x; j < seen; j += blockDim.x)
-        mx = fmaxf(mx, s[j]);
-    mx = block_max(mx, scratch);
-    for (int j = threadIdx.x; j < seen; j += blockDim.x)
-        sum += expf(s[j] - mx);
-    sum = block_sum(sum, scratch);
-    const float inv = seen > 0 ? 1.0f / sum : 0.0f;
-    for (int j = threadIdx.x; j < Tk; j += blockDim.x)
-        s[j] = j < seen ? expf(s[j] - mx) * inv : 0.0f;
-    if (threadIdx.x == 0) {
-        lse[row] = seen > 0 ? mx + logf(sum) : -INFINITY;
-        hbm_dev_add(hbm, HBM_READ, 3ull * seen * sizeof(float));                  // S, 3 passes
-        hbm_dev_add(hbm, HBM_WRITTEN, ((unsigned long long)Tk + 1) * sizeof(float)); // P, lse
-    }
-}
-
-// S = scale Q K^T (all of it), the masked softmax in place, O = P V.
-static int naive_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
-{
-    cublasHandle_t handle;
-    int rc = fl_cublas_handle(&handle, err);
-    if (rc != FL_OK)
-        return rc;
-    const int batch = p->B * p->Hkv, R = p->Hq / p->Hkv * p->Tq, Tk = p->Tk, d = p->d, dv = p->dv;
-    const long long TT = (long long)R * Tk, n = (long long)batch;
-    float *S = (float *)ctx->workspace; // (B, Hkv, R, Tk)
-    unsigned long long *hbm = ctx->hbm_dev;
-    const RmOperand Q = {p->q, d, (long long)R * d, 0}, Kt = {p->k, d, (long long)Tk * d, 1},
-                    V = {p->v, dv, (long long)Tk * dv, 0}, P = {S, Tk, TT, 0};
-    const unsigned long long f = sizeof(float);
-
-    rc = fl_gemm_rm(handle, R, Tk, d, p->scale, Q, Kt, 0.0f, S, Tk, TT, batch, "S = Q K^T", err);
-    if (rc == FL_OK)
-        rc = hbm_dev_add_from_host(hbm, f * n * ((long long)R * d + (long long)Tk * d), f * n * TT, err);
-    if (rc == FL_OK) {
-        naive_softmax_kernel<<<(unsigned)(n * R), 256>>>(S, t->lse, R, Tk,
-                                                           causal_make(p->causal, p->Tq, Tk), hbm);
-        rc = fl_cuda_launch_status("naive_softmax_kernel", err);
-    }
-    if (rc == FL_OK)
-        rc = fl_gemm_rm(handle, R, dv, Tk, 1.0f, P, V, 0.0f, t->o, dv, (long long)R * dv, batch,
-                        "O = P V", err);
-    if (rc == FL_OK)
-        rc = hbm_dev_add_from_host(hbm, f * n * (TT + (long long)Tk * dv), f * n * R * dv, err);
-    return rc;
-}
-
-// P = exp(S - lse) in place over S (scale already applied by the GEMM) for the keys row i sees,
-// 0 elsewhere; one block per row.
-static __global__ void naive_probs_kernel(float *S, const float *lse, int R, int Tk, Causal causal,
-                                          unsigned long long *hbm)
-{
-    const size_t row = blockIdx.x;
-    const int seen = keys_seen(causal, (int)(row % R));
-    const float l = lse[row];
-    for (int j = threadIdx.x; j < Tk; j += blockDim.x)
-        S[row * Tk + j] = j < seen ? expf(S[row * Tk + j] - l) : 0.0f;
-    if (threadIdx.x == 0) {
-        hbm_dev_add(hbm, HBM_READ, ((unsigned long long)seen + 1) * sizeof(float)); // S, lse
-        hbm_dev_add(hbm, HBM_WRITTEN, (unsigned long long)Tk * sizeof(float));      // P
-    }
-}
-
-// dS = P ∘ (dP - rowsum(P ∘ dP)) in place over dP; one block per row, two passes over the row.
-static __global__ void naive_ds_kernel(const float *P, float *dP, int Tk, unsigned long long *hbm)
-{
-    __shared__ float scratch[32];
-    const size_t row = blockIdx.x;
-    const float *p = P + row * Tk;
-    float *dp = dP + row * Tk;
-    float acc = 0.0f;
-    for (int j = threadIdx.x; j < Tk; j += blockDim.x)
-        acc = fmaf(p[j], dp[j], acc);
-    const float rowsum = block_sum(acc, scratch); // rowsum(P ∘ dP), the textbook form of D
-    for (int j = threadIdx.x; j < Tk; j += blockDim.x)
-        dp[j] = p[j] * (dp[j] - rowsum);
-    if (threadIdx.x == 0) {
-        hbm_dev_add(hbm, HBM_READ, 4ull * Tk * sizeof(float)); // P, dP, twice
-        hbm_dev_add(hbm, HBM_WRITTEN, (unsigned long long)Tk * sizeof(float));
-    }
-}
-
-static int naive_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
-{
-    cublasHandle_t handle;
-    int rc = fl_cublas_handle(&handle, err);
-    if (rc != FL_OK)
-        return rc;
-    const int batch = p->B * p->Hkv, R = p->Hq / p->Hkv * p->Tq, Tk = p->Tk, d = p->d, dv = p->dv;
-    const long long TT = (long long)R * Tk, n = (long long)batch;
-    float *P = (float *)ctx->workspace, *dP = P + n * TT; // (B, Hkv, R, Tk) each
-    unsigned long long *hbm = ctx->hbm_dev;
-    const RmOperand Q = {p->q, d, (long long)R * d, 0}, K = {p->k, d, (long long)Tk * d, 0},
-                    V = {p->v, dv, (long long)Tk * dv, 0}, dO = {p->dout, dv, (long long)R * dv, 0},
-                    dSm = {dP, Tk, TT, 0};
-    const RmOperand Kt = {K.ptr, K.ld, K.stride, 1}, Vt = {V.ptr, V.ld, V.stride, 1},
-                    Pt = {P, Tk, TT, 1}, dSt = {dP, Tk, TT, 1};
-    const unsigned long long f = sizeof(float);
-
-    // S = scale Q K^T   (R, Tk), then P = exp(S - lse) in place
-    rc = fl_gemm_rm(handle, R, Tk, d, p->scale, Q, Kt, 0.0f, P, Tk, TT, batch, "S = Q K^T", err);
-    if (rc == FL_OK)
-        rc = hbm_dev_add_from_host(hbm, f * n * ((long long)R * d + (long long)Tk * d), f * n * TT, err);
-    if (rc == FL_OK) {
-        naive_probs_kernel<<<(unsigned)(n * R), 256>>>(P, t->lse, R, Tk,
-                                                         causal_make(p->causal, p->Tq, Tk), hbm);
-        rc = fl_cuda_launch_status("naive_probs_kernel", err);
-    }
-    // dV = P^T dO   (Tk, dv)
-    if (rc == FL_OK)
-        rc = fl_gemm_rm(handle, Tk, dv, R, 1.0f, Pt, dO, 0.0f, t->dv, dv, (long long)Tk * dv, batch,
-                        "dV = P^T dO", err);
-    if (rc == FL_OK)
-        rc = hbm_dev_add_from_host(hbm, f * n * (TT + (long long)R * dv), f * n * Tk * dv, err);
-    // dP = dO V^T   (R, Tk)
-    if (rc == FL_OK)
-        rc = fl_gemm_rm(handle, R, Tk, dv, 1.0f, dO, Vt, 0.0f, dP, Tk, TT, batch, "dP = dO V^T", err);
-    if (rc == FL_OK)
-        rc = hbm_dev_add_from_host(hbm, f * n * ((long long)R * dv + (long long)Tk * dv), f * n * TT, err);
-    // dS = P ∘ (dP - rowsum(P ∘ dP)), in place over dP
-    if (rc == FL_OK) {
-        naive_ds_kernel<<<(unsigned)(n * R), 256>>>(P, dP, Tk, hbm);
-        rc = fl_cuda_launch_status("naive_ds_kernel", err);
-    }
-    // dQ = scale dS K   (R, d);   dK = scale dS^T Q   (Tk, d)
-    if (rc == FL_OK)
-        rc = fl_gemm_rm(handle, R, d, Tk, p->scale, dSm, K, 0.0f, t->dq, d, (long long)R * d, batch,
-                        "dQ = dS K", err);
-    if (rc == FL_OK)
-        rc = fl_gemm_rm(handle, Tk, d, R, p->scale, dSt, Q, 0.0f, t->dk, d, (long long)Tk * d, batch,
-                        "dK = dS^T Q", err);
-    if (rc == FL_OK)
-        rc = hbm_dev_add_from_host(hbm, f * n * (2 * TT + (long long)Tk * d + (long long)R * d),
-                                   f * n * ((long long)R * d + (long long)Tk * d), err);
-    return rc;
-}
-
 static const StageImpl bwd_cuda_flash = {
     "08",
     "gqa",
@@ -831,9 +673,9 @@ static const StageImpl bwd_cuda_naive = {
     DEVICE_CUDA,
     "textbook attention with cuBLAS, one GEMM per kv head over its group, P and dP in HBM",
     FEAT_BACKWARD | FEAT_CAUSAL | FEAT_GQA,
-    naive_forward,
-    naive_backward,
-    naive_workspace_bytes,
+    cuda_naive_forward,
+    cuda_naive_backward,
+    cuda_naive_workspace_bytes,
 };
 
 extern "C" const StageImpl *const stage08_gqa_cuda[] = {&bwd_cuda_flash, &bwd_cuda_det,

@@ -11,7 +11,7 @@
  * and the two variants differ in where the up-projections W_uk, W_uv are applied:
  *
  *   variant naive: up-project the whole cache to per-head K (B, H, Tk, dh + p) and V (B, H, Tk, dv)
- *     every step, then ordinary attention (stage 08's naive implementation, from the registry).
+ *     every step, then ordinary attention (stage 08's CPU forward, stage08_gqa_cpu[0]).
  *     Its cache is small, but each step reads it and writes 2 H (dh + p, dv)-wide copies of it.
  *
  *   variant absorbed (the default): move W_uk to the query side, since
@@ -76,9 +76,16 @@ static void output_projection(const MlaProblem *p, const float *o, float *y, Hbm
 
 /* ==== variant naive: per-head K and V materialised, then stage 08 ============================== */
 
+/* Stage 08's CPU implementations, in registry order (the default first): the attention this variant
+ * runs over the materialised heads is stage 08's forward, a dependency the linker resolves, not a
+ * run-time registry lookup. */
+extern const StageImpl *const stage08_gqa_cpu[];
+
 static size_t naive_workspace_bytes(const MlaProblem *p, const RunCtx *ctx)
 {
-    return naive_workspace_on(DEVICE_CPU, p, ctx);
+    const StageImpl *inner = stage08_gqa_cpu[0];
+    const AttnProblem a = naive_attention_problem(p);
+    return naive_workspace_with(p, inner->workspace_bytes ? inner->workspace_bytes(&a, ctx, DIR_FWD) : 0);
 }
 
 /* (B, T, H, n) token-major rows -> (B, H, T, width) head-major rows at column offset c0 (counted). */
@@ -109,9 +116,7 @@ static void broadcast_rope_keys(const MlaProblem *p, float *k, HbmCounter *hbm)
 
 static int naive_forward(const MlaProblem *p, float *y, RunCtx *ctx, FlError *err)
 {
-    const StageImpl *inner = attention_impl(DEVICE_CPU);
-    if (!inner)
-        return fl_fail(err, FL_BAD_INPUT, "stage 09 naive: stage 08 (naive, cpu) is not in this build");
+    const StageImpl *inner = stage08_gqa_cpu[0];
     NaiveBuffers w = {0};
     naive_buffers(p, ctx->workspace, &w);
     HbmCounter *hbm = ctx->hbm;
@@ -323,19 +328,19 @@ static int absorbed_forward(const MlaProblem *p, float *y, RunCtx *ctx, FlError 
     return FL_OK;
 }
 
-static const MlaEntry absorbed_entry = {absorbed_forward, absorbed_workspace_bytes};
-static const MlaEntry naive_entry = {naive_forward, naive_workspace_bytes};
+static const MlaEntry absorbed_entry = {"mla", absorbed_forward, absorbed_workspace_bytes};
+static const MlaEntry naive_entry = {"mla", naive_forward, naive_workspace_bytes};
 
 static const StageImpl mla_cpu_absorbed = {
     "09", "mla", "", DEVICE_CPU,
     "MLA, absorbed: W_uk folded into the query, W_uv into the output; MQA straight over the latent cache",
-    FEAT_MLA, NULL, NULL, NULL, &absorbed_entry, PRECISION_F32, {0, 0},
+    0, NULL, NULL, NULL, &absorbed_entry, PRECISION_F32, {0, 0},
 };
 
 static const StageImpl mla_cpu_naive = {
     "09", "mla", "naive", DEVICE_CPU,
     "MLA, naive: the latent cache up-projected to per-head K and V every step, then stage 08 attention",
-    FEAT_MLA, NULL, NULL, NULL, &naive_entry, PRECISION_F32, {0, 0},
+    0, NULL, NULL, NULL, &naive_entry, PRECISION_F32, {0, 0},
 };
 
 const StageImpl *const stage09_mla_cpu[] = {&mla_cpu_absorbed, &mla_cpu_naive, NULL};

@@ -1,8 +1,9 @@
 /* stages/09_mla/mla.cu — multi-head latent attention, one decoding or prefill step, CUDA, float32.
  *
  * The same two variants as mla.c (its header derives the absorption):
- *   naive     cuBLAS up-projects the cache to per-head K, V every step; stage 08's cuBLAS
- *             attention (from the registry) runs on them; cuBLAS projects the output.
+ *   naive     cuBLAS up-projects the cache to per-head K, V every step; the cuBLAS naive attention
+ *             (common/cuda_naive.cu, stage 08's naive variant) runs on them; cuBLAS projects the
+ *             output.
  *   absorbed  cuBLAS folds W_uk into the queries (q_lat_h = q_nope_h W_uk_h^T, one batched GEMM
  *             over heads); latent_attention_kernel attends straight over the cache; cuBLAS folds
  *             W_uv into the output (o_h = o_lat_h W_uv_h) and projects it.
@@ -28,6 +29,7 @@
 #include "attn.h"
 #include "kind_mla_stage.h"
 #include "cuda_blas.h"
+#include "naive.h"
 #include "cuda_tiles.cuh"
 #include "cuda_util.h"
 #include "error.h"
@@ -305,7 +307,8 @@ int absorbed_forward(const MlaProblem *p, float *y, RunCtx *ctx, FlError *err)
 
 size_t naive_workspace_bytes(const MlaProblem *p, const RunCtx *ctx)
 {
-    return naive_workspace_on(DEVICE_CUDA, p, ctx);
+    const AttnProblem a = naive_attention_problem(p);
+    return naive_workspace_with(p, cuda_naive_workspace_bytes(&a, ctx, DIR_FWD));
 }
 
 int heads_from_tokens(const float *src, int Hs, int n, float *dst, const MlaProblem *p, int T, int width, int c0,
@@ -318,9 +321,6 @@ int heads_from_tokens(const float *src, int Hs, int n, float *dst, const MlaProb
 
 int naive_forward(const MlaProblem *p, float *y, RunCtx *ctx, FlError *err)
 {
-    const StageImpl *inner = attention_impl(DEVICE_CUDA);
-    if (!inner)
-        return fl_fail(err, FL_BAD_INPUT, "stage 09 naive: stage 08 (naive, cuda) is not in this build");
     cublasHandle_t hd;
     int rc = fl_cublas_handle(&hd, err);
     if (rc != FL_OK)
@@ -347,14 +347,14 @@ int naive_forward(const MlaProblem *p, float *y, RunCtx *ctx, FlError *err)
         rc = heads_from_tokens(w.q_nope, H, dh, w.q, p, p->Tq, dk, 0, hbm, err);
     if (rc == FL_OK)
         rc = heads_from_tokens(w.q_pe, H, p->p, w.q, p, p->Tq, dk, dh, hbm, err);
-    // ordinary attention over the materialised heads (stage 08)
+    // ordinary attention over the materialised heads (the cuBLAS naive path, common/cuda_naive.cu)
     AttnProblem a = naive_attention_problem(p);
     a.q = w.q, a.k = w.k, a.v = w.v;
     AttnTensors t = {w.o, w.lse, NULL, NULL, NULL, NULL};
     RunCtx inner_ctx = *ctx;
     inner_ctx.workspace = w.inner;
     if (rc == FL_OK)
-        rc = inner->forward(&a, &t, &inner_ctx, err);
+        rc = cuda_naive_forward(&a, &t, &inner_ctx, err);
     if (rc == FL_OK) {
         tokens_from_heads_kernel<<<(unsigned)((long long)p->B * p->Tq * H), 128>>>(w.o, H, p->Tq, dv, w.o_tok, hbm);
         rc = fl_cuda_launch_status("tokens_from_heads_kernel", err);
@@ -366,19 +366,19 @@ int naive_forward(const MlaProblem *p, float *y, RunCtx *ctx, FlError *err)
 
 } // namespace
 
-static const MlaEntry absorbed_entry = {absorbed_forward, absorbed_workspace_bytes};
-static const MlaEntry naive_entry = {naive_forward, naive_workspace_bytes};
+static const MlaEntry absorbed_entry = {"mla", absorbed_forward, absorbed_workspace_bytes};
+static const MlaEntry naive_entry = {"mla", naive_forward, naive_workspace_bytes};
 
 static const StageImpl mla_cuda_absorbed = {
     "09", "mla", "", DEVICE_CUDA,
     "MLA, absorbed: W_uk, W_uv folded into query and output (cuBLAS); a kernel attends over the latent cache",
-    FEAT_MLA, NULL, NULL, NULL, &absorbed_entry,
+    0, NULL, NULL, NULL, &absorbed_entry,
 };
 
 static const StageImpl mla_cuda_naive = {
     "09", "mla", "naive", DEVICE_CUDA,
     "MLA, naive: cuBLAS up-projects the cache to per-head K and V every step, then stage 08 (cuBLAS) attention",
-    FEAT_MLA, NULL, NULL, NULL, &naive_entry,
+    0, NULL, NULL, NULL, &naive_entry,
 };
 
 extern "C" const StageImpl *const stage09_mla_cuda[] = {&mla_cuda_absorbed, &mla_cuda_naive, NULL};

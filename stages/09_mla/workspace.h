@@ -47,8 +47,6 @@ static inline size_t absorbed_workspace_bytes(const MlaProblem *p, const RunCtx 
     return absorbed_buffers(p, NULL, NULL);
 }
 
-/* Naive: stage 08's naive attention (any head width) over the materialised heads. */
-static inline const StageImpl *attention_impl(Device device) { return stage_find("08", device, "naive"); }
 
 /* The attention problem of the naive variant: MHA over H heads, d = dh + p, dv. */
 static inline AttnProblem naive_attention_problem(const MlaProblem *p)
@@ -83,12 +81,11 @@ static inline size_t naive_buffers(const MlaProblem *p, float *base, NaiveBuffer
     return bytes;
 }
 
-/* The naive variant's buffers plus stage 08's forward workspace on its problem. */
-static inline size_t naive_workspace_on(Device device, const MlaProblem *p, const RunCtx *ctx)
+/* The naive variant's buffers plus `inner` bytes for the attention it runs over the materialised
+ * heads (stage 08's CPU forward in mla.c, the cuBLAS naive path of common/cuda_naive.cu in mla.cu). */
+static inline size_t naive_workspace_with(const MlaProblem *p, size_t inner)
 {
-    const AttnProblem a = naive_attention_problem(p);
-    const StageImpl *inner = attention_impl(device);
-    return naive_buffers(p, NULL, NULL) + (inner && inner->workspace_bytes ? inner->workspace_bytes(&a, ctx, DIR_FWD) : 0);
+    return naive_buffers(p, NULL, NULL) + inner;
 }
 
 #endif

@@ -37,7 +37,8 @@
  * per head ~ Tk (d + dv) twice + ceil(Tk / Bc) Tq (3d + dv + 2): Q, dO, lse, D and dQ stream past
  * every K/V block. Extra memory: D, 4 B Hq Tq bytes. Block sizes: see grad_blocking().
  * Variant "naive": the textbook backward with P and dP materialised in HBM, for comparison (its
- * forward is the FA2 forward above: that variant is about the backward).
+ * forward is the FA2 forward above: that variant is about the backward). Its backward is not in
+ * this file: it is common/cpu_naive.c, which stages 06, 07, 08 and 10 register alike.
  *
  * New in stage 07: the causal mask, bottom-right aligned (mask.h). Query row i sits at
  * position i + Tk - Tq and sees the keys j <= i + Tk - Tq. Tiles wholly above the diagonal are
@@ -73,6 +74,7 @@
 #include <string.h>
 
 #include "attn.h"
+#include "naive.h"
 #include "hbm.h"
 #include "mask.h"
 #include "parallel.h"
@@ -327,7 +329,7 @@ static int fa2_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlErro
 
 static uint64_t float_bytes(size_t n) { return (uint64_t)n * sizeof(float); }
 
-/* sum_c a[c] b[c], accumulated in double: D_i = rowsum(dO_i ∘ O_i) and rowsum(P ∘ dP). */
+/* sum_c a[c] b[c], accumulated in double: D_i = rowsum(dO_i ∘ O_i). */
 static float row_dot(const float *a, const float *b, size_t n)
 {
     double acc = 0.0;
@@ -597,119 +599,6 @@ static int flash_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlE
     return FL_OK;
 }
 
-/* ---- naive backward: the textbook formulas, P and dP materialised in HBM ---------------------- */
-
-/* P and dP (then dS) of every head: 2 x (B, Hq, Tq, Tk) floats, and D (B, Hq, Tq) for dsinks. */
-static size_t naive_workspace_bytes(const AttnProblem *p, const RunCtx *ctx, Direction dir)
-{
-    (void)ctx;
-    const size_t rows = (size_t)p->B * p->Hq * p->Tq;
-    return dir == DIR_BWD ? (2 * rows * p->Tk + rows) * sizeof(float) : 0;
-}
-
-/* rowsum(P ∘ dP) of packed row `row` over the keys it sees: the masked P are 0, but a masked dP
- * may be NaN. (Over the kept keys the sum is the same as over all of them for finite inputs.) */
-static float visible_dot(Causal c, size_t row, const float *P, const float *dP, size_t Tk)
-{
-    const KeyRuns k = row_runs(c, (int)row);
-    double acc = 0.0;
-    for (size_t j = 0; j < Tk; j++)
-        if (sees(k, (int)j))
-            acc += (double)P[j] * dP[j];
-    return (float)acc;
-}
-
-/* Seven passes over whole tensors, each counted where it happens (as in stage 01). A GEMM's "head"
- * is a kv head with its R packed rows, so dV = P^T dO and dK = dS^T Q sum over the group. */
-static int naive_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
-{
-    (void)err;
-    const size_t heads = (size_t)p->B * p->Hkv, R = packed_rows(p), Tk = p->Tk, d = p->d, dv = p->dv;
-    const size_t TT = R * Tk;
-    const int threads = ctx->threads > 0 ? ctx->threads : 1;
-    HbmCounter *hbm = ctx->hbm;
-    float *P = ctx->workspace;        /* S, then P, of every head   (B, Hkv, R, Tk) */
-    float *dP = P + heads * TT;       /* dP, then dS, of every head (B, Hkv, R, Tk) */
-    float *D = dP + heads * TT;       /* rowsum(P ∘ dP) of every row (B, Hq, Tq), for dsinks */
-    const long rows = (long)(heads * R);
-
-    blas_threads_push(threads);
-
-    // Pass 1: S = Q K^T * scale   (R, Tk) per kv head (a GEMM over its R packed rows)
-    for (size_t bh = 0; bh < heads; bh++) {
-        const Head x = head_slices(p, t, bh);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)R, (int)Tk, (int)d, p->scale,
-                    x.q, (int)d, x.k, (int)d, 0.0f, P + bh * TT, (int)Tk);
-    }
-    hbm_count_read(hbm, float_bytes(heads * (R * d + Tk * d))); /* Q, K */
-    hbm_count_write(hbm, float_bytes(heads * TT));               /* S */
-
-    // Pass 2: P = exp(S - lse) row by row, in place, from the forward's lse; 0 for the keys a row
-    // does not see (the whole score matrix was computed: the mask saves no work here)
-    const Causal causal = mask_of(p);
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (long row = 0; row < rows; row++) {
-        float *Pr = P + (size_t)row * Tk;
-        exp_shifted(Pr, Tk, log_p_shift(t->lse[row]));
-        mask_tile(causal, Pr, (size_t)row % R, 1, 0, Tk, 0.0f);
-    }
-    hbm_count_read(hbm, float_bytes(heads * (TT + R))); /* S, lse */
-    hbm_count_write(hbm, float_bytes(heads * TT));       /* P */
-
-    // Pass 3: dV = P^T dO   (Tk, dv) per head
-    for (size_t bh = 0; bh < heads; bh++) {
-        const Head x = head_slices(p, t, bh);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)Tk, (int)dv, (int)R, 1.0f,
-                    P + bh * TT, (int)Tk, x.dout, (int)dv, 0.0f, x.dv, (int)dv);
-    }
-    hbm_count_read(hbm, float_bytes(heads * (TT + R * dv))); /* P, dO */
-    hbm_count_write(hbm, float_bytes(heads * Tk * dv));       /* dV */
-
-    // Pass 4: dP = dO V^T   (R, Tk) per head
-    for (size_t bh = 0; bh < heads; bh++) {
-        const Head x = head_slices(p, t, bh);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)R, (int)Tk, (int)dv, 1.0f,
-                    x.dout, (int)dv, x.v, (int)dv, 0.0f, dP + bh * TT, (int)Tk);
-    }
-    hbm_count_read(hbm, float_bytes(heads * (R * dv + Tk * dv))); /* dO, V */
-    hbm_count_write(hbm, float_bytes(heads * TT));                 /* dP */
-
-    // Pass 5: dS = P ∘ (dP - rowsum(P ∘ dP)) row by row, in place over dP
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (long row = 0; row < rows; row++) {
-        const float *Pr = P + (size_t)row * Tk;
-        float *dSr = dP + (size_t)row * Tk;
-        D[row] = visible_dot(causal, (size_t)row % R, Pr, dSr, Tk); /* rowsum(P ∘ dP) */
-        for (size_t j = 0; j < Tk; j++)
-            dSr[j] = Pr[j] * (dSr[j] - D[row]);
-    }
-    hbm_count_read(hbm, float_bytes(heads * 2 * TT)); /* P, dP */
-    hbm_count_write(hbm, float_bytes(heads * TT + (size_t)rows)); /* dS, D */
-
-    // Pass 6: dQ = scale * dS K   (R, d) per head
-    for (size_t bh = 0; bh < heads; bh++) {
-        const Head x = head_slices(p, t, bh);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)R, (int)d, (int)Tk, p->scale,
-                    dP + bh * TT, (int)Tk, x.k, (int)d, 0.0f, x.dq, (int)d);
-    }
-    hbm_count_read(hbm, float_bytes(heads * (TT + Tk * d))); /* dS, K */
-    hbm_count_write(hbm, float_bytes(heads * R * d));        /* dQ */
-
-    // Pass 7: dK = scale * dS^T Q   (Tk, d) per head
-    for (size_t bh = 0; bh < heads; bh++) {
-        const Head x = head_slices(p, t, bh);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)Tk, (int)d, (int)R, p->scale,
-                    dP + bh * TT, (int)Tk, x.q, (int)d, 0.0f, x.dk, (int)d);
-    }
-    hbm_count_read(hbm, float_bytes(heads * (TT + R * d))); /* dS, Q */
-    hbm_count_write(hbm, float_bytes(heads * Tk * d));       /* dK */
-
-    blas_threads_pop();
-    if (p->sinks)
-        sink_gradient(p, t->lse, D, t->dsinks, hbm);
-    return FL_OK;
-}
-
 static const StageImpl flash = {
     .stage = "10",
     .name = "swa_sinks",
@@ -724,7 +613,7 @@ static const StageImpl flash = {
 };
 
 /* The naive variant is about the backward: its forward is this file's FA2 forward, which
- * provides the o and lse the backward reads. */
+ * provides the o and lse that the shared textbook backward (common/cpu_naive.c) reads. */
 static const StageImpl naive = {
     .stage = "10",
     .name = "swa_sinks",
@@ -734,8 +623,8 @@ static const StageImpl naive = {
     .features = FEAT_BACKWARD | FEAT_CAUSAL | FEAT_GQA | FEAT_WINDOW | FEAT_SINK_TOKENS |
                 FEAT_SINKS,
     .forward = fa2_forward,
-    .backward = naive_backward,
-    .workspace_bytes = naive_workspace_bytes, /* P and dP in the backward; nothing in the forward */
+    .backward = cpu_naive_backward,
+    .workspace_bytes = cpu_naive_workspace_bytes, /* P, dP (and D with sinks) in the backward */
 };
 
 const StageImpl *const stage10_swa_sinks_cpu[] = {&flash, &naive, NULL};
