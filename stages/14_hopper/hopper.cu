@@ -361,11 +361,12 @@ __global__ void __launch_bounds__(FwdTile<D>::NT, 1)
 {
     using T = FwdTile<D>;
     FwdSmem<D> &sm = fwd_smem<D>();
-    // grid (heads, query tiles), query tiles in reverse: with a causal mask the longest walks
-    // (the last query tiles) start first, as in stage 07
-    const int bh = blockIdx.x, h = bh % a.Hq, b = bh / a.Hq;
+    // grid (query tiles, heads): the blocks of one head run side by side and share its K and V in
+    // L2 (stage 12 puts heads first, for the causal schedule). Query tiles in reverse: with a
+    // causal mask the longest walks (the last query tiles) start first.
+    const int bh = blockIdx.y, h = bh % a.Hq, b = bh / a.Hq;
     const int kvh = b * (a.Hq / a.group) + h / a.group;
-    const int q0 = (gridDim.y - 1 - blockIdx.y) * T::BR, rows_q = min(T::BR, a.Tq - q0);
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * T::BR, rows_q = min(T::BR, a.Tq - q0);
     // Keys the tile needs: all of them, or (causal) up to the last row's position.
     const int n_tiles = ceil_div(tc_keys_seen(a.causal, a.Tq, a.Tk, q0 + rows_q - 1), T::BC);
     const int wg = threadIdx.x / 128;
@@ -694,7 +695,7 @@ template <int D> int forward_launch(const TcArgs &a, int heads, int kv_heads, Fl
                             "hopper_forward_kernel", err);
     if (rc != FL_OK)
         return rc;
-    const dim3 grid((unsigned)heads, (unsigned)ceil_div(a.Tq, T::BR));
+    const dim3 grid((unsigned)ceil_div(a.Tq, T::BR), (unsigned)heads);
     hopper_forward_kernel<D><<<grid, T::NT, FwdSmem<D>::BYTES>>>(mq, mk, mv, a);
     return fl_cuda_launch_status("hopper_forward_kernel", err);
 }
