@@ -201,90 +201,61 @@ template <int N> __device__ __forceinline__ void wgmma_wait()
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
-// D (64 x 64, float32) = A B^T (+ D when accumulate), A (64 x 16) and B (64 x 16) bf16, both
-// K-major in shared memory (descriptors a, b). The warpgroup's 128 threads each hold 32 floats of D:
-// thread t of warp w, with g = (t % 32) / 4 and q = t % 4, holds for j = 0..7
+// The accumulator operands of a wgmma: each thread's N / 2 floats d[0..], as "+f" constraints, and
+// their places in the instruction's text. (Inline PTX names every register; these macros only
+// spell the lists out once.)
+#define FL_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                 "+f"(d[i + 6]), "+f"(d[i + 7])
+#define FL_D32 FL_D8(0), FL_D8(8), FL_D8(16), FL_D8(24)
+#define FL_D64 FL_D32, FL_D8(32), FL_D8(40), FL_D8(48), FL_D8(56)
+#define FL_R32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "  \
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FL_R64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "  \
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "  \
+               "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "  \
+               "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+// D (64 x N, float32) = A B^T (+ D when accumulate), A (64 x 16) and B (N x 16) bf16, both
+// K-major in shared memory (descriptors a, b); N = 64 or 128. The warpgroup's 128 threads each
+// hold N / 2 floats of D: thread t of warp w, with g = (t % 32) / 4 and q = t % 4, holds for
+// j = 0 .. N / 8 - 1
 //   d[4j + 0], d[4j + 1]   row 16 w + g,     columns 8 j + 2 q, 8 j + 2 q + 1
 //   d[4j + 2], d[4j + 3]   row 16 w + g + 8, the same columns
-// (the mma.sync m16n8 C fragment of mma.cuh, repeated over 8 column blocks and 4 warps).
+// (the mma.sync m16n8 C fragment of mma.cuh, repeated over N / 8 column blocks and 4 warps). A wider
+// N reads A from shared memory fewer times per multiply-add.
 __device__ __forceinline__ void wgmma_m64n64k16_bf16(float d[32], uint64_t a, uint64_t b, int accumulate)
 {
     asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %34, 0;\n\t"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "%32, %33, p, 1, 1, 0, 0;\n\t}"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FL_R32 ", %32, %33, p, 1, 1, 0, 0;\n\t}"
+                 : FL_D32
+                 : "l"(a), "l"(b), "r"(accumulate));
+}
+__device__ __forceinline__ void wgmma_m64n128k16_bf16(float d[64], uint64_t a, uint64_t b, int accumulate)
+{
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %66, 0;\n\t"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FL_R64 ", %64, %65, p, 1, 1, 0, 0;\n\t}"
+                 : FL_D64
                  : "l"(a), "l"(b), "r"(accumulate));
 }
 
-// D (64 x 64, float32) (+)= A B, A (64 x 16, bf16) from registers, B (16 x 64, bf16) in shared
-// memory "MN-major" (its 64 columns contiguous, as V's rows are: descriptor b with the
-// transpose bit set). A's four registers per thread are the mma.sync m16n8k16 A fragment of rows
+// D (64 x N, float32) (+)= A B, A (64 x 16, bf16) from registers, B (16 x N, bf16) in shared
+// memory "MN-major" (its N columns contiguous, as V's rows are: descriptor b with the transpose
+// bit set). A's four registers per thread are the mma.sync m16n8k16 A fragment of rows
 // 16 w .. 16 w + 15 (mma.cuh): a0 (row g, k 2q..2q+1), a1 (row g+8, same k), a2 (row g,
 // k 2q+8..2q+9), a3 (row g+8, same k). Two neighbouring 8-column blocks of a D accumulator above
 // hold exactly such a fragment: that is how P goes from S = Q K^T into O += P V in registers.
 __device__ __forceinline__ void wgmma_m64n64k16_bf16_rs(float d[32], const uint32_t a[4], uint64_t b, int accumulate)
 {
     asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %37, 0;\n\t"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n\t}"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FL_R32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n\t}"
+                 : FL_D32
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
 }
-
-// The same with N = 128: D (64 x 128, float32), B (128 x 16) K-major. Each thread holds 64 floats,
-// the layout above repeated over 16 column blocks (d[4j + ...], columns 8 j + 2 q, j = 0..15). A wider
-// N reads A from shared memory half as often per multiply-add.
-__device__ __forceinline__ void wgmma_m64n128k16_bf16(float d[64], uint64_t a, uint64_t b, int accumulate)
-{
-    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %66, 0;\n\t"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
-                 "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "
-                 "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "
-                 "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-                 "}, %64, %65, p, 1, 1, 0, 0;\n\t}"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(a), "l"(b), "r"(accumulate));
-}
-
-// D (64 x 128, float32) (+)= A B with A (64 x 16) from registers and B (16 x 128) MN-major in
-// shared memory: the N = 128 form of wgmma_m64n64k16_bf16_rs.
 __device__ __forceinline__ void wgmma_m64n128k16_bf16_rs(float d[64], const uint32_t a[4], uint64_t b, int accumulate)
 {
     asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %69, 0;\n\t"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
-                 "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "
-                 "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "
-                 "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-                 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n\t}"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FL_R64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n\t}"
+                 : FL_D64
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
 }
 

@@ -28,6 +28,29 @@
 
 enum { M = 64, N = 64, K = 64, SLABS = K / 8 };
 
+// Thread 0 sets up the barrier for one arrival (plus the TMA bytes); everyone sees it after this.
+__device__ void init_barrier(uint64_t *bar)
+{
+    if (threadIdx.x == 0) {
+        mbar_init(bar, 1);
+        fence_barrier_init();
+    }
+    __syncthreads();
+}
+
+// Writes the warpgroup's accumulator d (64 x cols, the layout of hopper.cuh) to c, row-major.
+__device__ void store_c(const float *d, float *c, int cols)
+{
+    const int w = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, q = threadIdx.x % 4, r0 = 16 * w + g;
+    for (int j = 0; j < cols / 8; j++) {
+        const int col = 8 * j + 2 * q;
+        c[r0 * cols + col] = d[4 * j + 0];
+        c[r0 * cols + col + 1] = d[4 * j + 1];
+        c[(r0 + 8) * cols + col] = d[4 * j + 2];
+        c[(r0 + 8) * cols + col + 1] = d[4 * j + 3];
+    }
+}
+
 // A and B as K/8 slabs of 8 columns each, rows contiguous (hopper.cuh): 8 KiB each.
 struct Tiles {
     alignas(128) __nv_bfloat16 a[SLABS][M][8];
@@ -40,11 +63,7 @@ __global__ void __launch_bounds__(128) abt_kernel(const __grid_constant__ CUtens
 {
     __shared__ Tiles t;
     const int tid = threadIdx.x;
-    if (tid == 0) {
-        mbar_init(&t.full, 1);
-        fence_barrier_init();
-    }
-    __syncthreads();
+    init_barrier(&t.full);
     if (tid == 0) {
         mbar_arrive_expect_tx(&t.full, (M + N) * K * sizeof(__nv_bfloat16));
         for (int s = 0; s < SLABS; s++) {
@@ -65,15 +84,7 @@ __global__ void __launch_bounds__(128) abt_kernel(const __grid_constant__ CUtens
     }
     wgmma_commit();
     wgmma_wait<0>();
-
-    const int w = tid / 32, g = (tid % 32) / 4, q = tid % 4;
-    for (int j = 0; j < 8; j++) {
-        const int row = 16 * w + g, col = 8 * j + 2 * q;
-        c[row * N + col] = d[4 * j + 0];
-        c[row * N + col + 1] = d[4 * j + 1];
-        c[(row + 8) * N + col] = d[4 * j + 2];
-        c[(row + 8) * N + col + 1] = d[4 * j + 3];
-    }
+    store_c(d, c, N);
 }
 
 enum { V_ROWS = 40 }; // rows of each of V's two matrices: a 64-row box runs 24 rows past the end
@@ -90,11 +101,7 @@ __global__ void __launch_bounds__(128) pv_kernel(const __grid_constant__ CUtenso
 {
     __shared__ PvTiles t;
     const int tid = threadIdx.x;
-    if (tid == 0) {
-        mbar_init(&t.full, 1);
-        fence_barrier_init();
-    }
-    __syncthreads();
+    init_barrier(&t.full);
     if (tid == 0) {
         mbar_arrive_expect_tx(&t.full, K * N * sizeof(__nv_bfloat16)); // the zero-filled rows count too
         for (int s = 0; s < SLABS; s++)
@@ -123,13 +130,7 @@ __global__ void __launch_bounds__(128) pv_kernel(const __grid_constant__ CUtenso
         wgmma_m64n64k16_bf16_rs(d, a[k16], wgmma_desc(&t.v[0][16 * k16][0], lead, stride), k16 > 0);
     wgmma_commit();
     wgmma_wait<0>();
-    for (int j = 0; j < 8; j++) {
-        const int col = 8 * j + 2 * q;
-        c[r0 * N + col] = d[4 * j + 0];
-        c[r0 * N + col + 1] = d[4 * j + 1];
-        c[(r0 + 8) * N + col] = d[4 * j + 2];
-        c[(r0 + 8) * N + col + 1] = d[4 * j + 3];
-    }
+    store_c(d, c, N);
 }
 
 static int cuda_ok(cudaError_t e, const char *what);
@@ -152,11 +153,7 @@ __global__ void __launch_bounds__(128) swizzled_kernel(const __grid_constant__ C
     extern __shared__ uint8_t raw[];
     SwTiles &t = *reinterpret_cast<SwTiles *>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
     const int tid = threadIdx.x;
-    if (tid == 0) {
-        mbar_init(&t.full, 1);
-        fence_barrier_init();
-    }
-    __syncthreads();
+    init_barrier(&t.full);
     if (tid == 0) {
         mbar_arrive_expect_tx(&t.full, pv ? sizeof t.b : sizeof t.a + sizeof t.b);
         for (int cb = 0; cb < CB; cb++) {
@@ -194,13 +191,7 @@ __global__ void __launch_bounds__(128) swizzled_kernel(const __grid_constant__ C
     }
     wgmma_commit();
     wgmma_wait<0>();
-    for (int j = 0; j < cols / 8; j++) {
-        const int col = 8 * j + 2 * q;
-        c[r0 * cols + col] = d[4 * j + 0];
-        c[r0 * cols + col + 1] = d[4 * j + 1];
-        c[(r0 + 8) * cols + col] = d[4 * j + 2];
-        c[(r0 + 8) * cols + col + 1] = d[4 * j + 3];
-    }
+    store_c(d, c, cols);
 }
 
 // Runs swizzled_kernel and counts the elements of C (64 x cols) that differ from want.
