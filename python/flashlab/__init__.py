@@ -1,0 +1,314 @@
+"""flashlab -- call the attention stages of libflashlab from Python.
+
+A thin ctypes layer over include/flashlab.h (API version 1): nothing is compiled here. The
+library is found the first time it is needed, not at import, so `import flashlab` works on a
+machine where libflashlab.so has not been built yet:
+
+  1. the path in the environment variable FLASHLAB_LIB, if set;
+  2. build/libflashlab.so in the repository this package sits in (<repo>/python/flashlab);
+  3. otherwise LibraryNotFound, which says where it looked and how to build the library.
+
+    import numpy as np, flashlab
+    q = np.random.randn(1, 4, 37, 64); k = np.random.randn(1, 2, 37, 64); v = k.copy()
+    r = flashlab.forward(q, k, v, stage="08", causal=True)
+    r["o"].shape, r["lse"].shape        # (1, 4, 37, 64), (1, 4, 37)
+
+Arrays go in as host float32 in the golden files' layout (docs/conventions.md) and come back
+as new NumPy float32 arrays; a CUDA stage gets them copied to the GPU and back by the library.
+"""
+
+import ctypes
+import math
+import os
+from ctypes import POINTER, Structure, c_char_p, c_float, c_int, c_size_t, c_uint64, c_void_p
+
+import numpy as np
+
+__all__ = [
+    "forward", "backward", "list_stages", "load_library", "api_version",
+    "FlashlabError", "BadInput", "Unsupported", "NoDevice", "LibraryNotFound",
+]
+
+API_VERSION = 1  # the FLASHLAB_API_VERSION this wrapper was written against
+
+_INT_MAX = 2**31 - 1
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_DEFAULT_LIB = os.path.join(_REPO_ROOT, "build", "libflashlab.so")
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors: one class per status of the C interface, all FlashlabError (a RuntimeError).
+
+class LibraryNotFound(RuntimeError):
+    """libflashlab.so was not found, or could not be loaded, or has another API version."""
+
+
+class FlashlabError(RuntimeError):
+    """A call into libflashlab returned a status other than 0; .status and .message hold it."""
+
+    def __init__(self, status, message):
+        self.status = status
+        self.message = message
+        super().__init__(f"flashlab status {status}: {message}")
+
+
+class BadInput(FlashlabError):
+    """Status 2: the library refused an argument (the message names it)."""
+
+
+class Unsupported(FlashlabError):
+    """Status 3: the stage lacks a feature or head dim the call asks for."""
+
+
+class NoDevice(FlashlabError):
+    """Status 77: device "cuda" without a usable GPU, or one the stage cannot run on."""
+
+
+_ERROR_CLASS = {2: BadInput, 3: Unsupported, 77: NoDevice}
+
+
+# ---------------------------------------------------------------------------------------------
+# The two structs of flashlab.h, field for field.
+
+class _Problem(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("B", c_int), ("Hq", c_int), ("Hkv", c_int), ("Tq", c_int), ("Tk", c_int),
+        ("d", c_int), ("dv", c_int),
+        ("scale", c_float),
+        ("causal", c_int), ("window", c_int), ("sink_tokens", c_int),
+        # float * in C; held here as plain addresses (c_void_p), which ctypes fills from an int
+        # without building a pointer object per call
+        ("q", c_void_p), ("k", c_void_p), ("v", c_void_p), ("sinks", c_void_p),
+    ]
+
+
+_COUNTER_NAMES = ("fwd_read", "fwd_written", "fwd_extra", "bwd_read", "bwd_written", "bwd_extra")
+
+
+class _Counters(Structure):
+    _fields_ = [("struct_size", c_size_t)] + [(name, c_uint64) for name in _COUNTER_NAMES]
+
+
+# ---------------------------------------------------------------------------------------------
+# Finding and loading the library (once, on first use).
+
+_lib = None
+
+
+def _declare(lib):
+    """Gives every exported function its C signature, so ctypes converts the arguments."""
+    f32p = c_void_p  # float * in C: an array's address (arr.ctypes.data)
+    lib.flashlab_api_version.argtypes = []
+    lib.flashlab_api_version.restype = c_int
+    lib.flashlab_last_error.argtypes = []
+    lib.flashlab_last_error.restype = c_char_p
+    lib.flashlab_forward.argtypes = [c_char_p, c_char_p, c_char_p, POINTER(_Problem), f32p, f32p,
+                                     POINTER(_Counters)]
+    lib.flashlab_forward.restype = c_int
+    lib.flashlab_backward.argtypes = [c_char_p, c_char_p, c_char_p, POINTER(_Problem), f32p, f32p,
+                                      f32p, f32p, f32p, f32p, f32p, POINTER(_Counters)]
+    lib.flashlab_backward.restype = c_int
+    lib.flashlab_list.argtypes = [c_char_p, c_size_t]
+    lib.flashlab_list.restype = c_size_t
+
+
+def load_library(path=None):
+    """Loads libflashlab (once) and returns the ctypes handle.
+
+    path: a .so to load instead of the usual search (FLASHLAB_LIB, then build/libflashlab.so
+    under the repository root). A later call with another path loads that one instead.
+    Raises LibraryNotFound when nothing loads or the API version is not 1.
+    """
+    global _lib
+    if _lib is not None and (not path or os.path.abspath(path) == _lib._name):
+        return _lib
+    if path:
+        tried = [("the path given", path)]
+    elif os.environ.get("FLASHLAB_LIB"):
+        tried = [("FLASHLAB_LIB", os.environ["FLASHLAB_LIB"])]
+    else:
+        tried = [("the repository's build folder", _DEFAULT_LIB)]
+    where, candidate = tried[0]
+    if not os.path.isfile(candidate):
+        raise LibraryNotFound(
+            f"libflashlab not found: looked for {candidate} ({where}). Build it with "
+            f"'cmake -B build && cmake --build build --target flashlab_shared' in {_REPO_ROOT}, "
+            f"or set FLASHLAB_LIB to the path of libflashlab.so.")
+    try:
+        lib = ctypes.CDLL(os.path.abspath(candidate))
+        _declare(lib)
+    except (OSError, AttributeError) as e:
+        raise LibraryNotFound(f"cannot load {candidate} ({where}) as libflashlab: {e}") from None
+    version = lib.flashlab_api_version()
+    if version != API_VERSION:
+        raise LibraryNotFound(f"{candidate} has flashlab API version {version}; this Python "
+                              f"package speaks version {API_VERSION} (rebuild one or the other)")
+    _lib = lib
+    return lib
+
+
+def api_version():
+    """The FLASHLAB_API_VERSION the loaded library was built with (1)."""
+    return load_library().flashlab_api_version()
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument checks: every shape is checked here, with one message naming the argument.
+
+def _f32(x):
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def _ptr(a):
+    return None if a is None else a.ctypes.data
+
+
+def _int_arg(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= _INT_MAX:
+        raise ValueError(f"{name} must be an integer in [0, 2^31 - 1]; got {value!r}")
+    return int(value)
+
+
+def _problem(q, k, v, sinks, causal, window, sink_tokens, scale):
+    """Converts and checks the inputs; returns (problem struct, arrays to keep alive)."""
+    q, k, v = _f32(q), _f32(k), _f32(v)
+    if q.ndim != 4 or 0 in q.shape:
+        raise ValueError(f"q must be (B, Hq, Tq, d) with every size > 0; got {q.shape}")
+    B, Hq, Tq, d = q.shape
+    if (k.ndim != 4 or k.shape[0] != B or k.shape[3] != d or k.shape[1] == 0 or k.shape[2] == 0
+            or Hq % k.shape[1] != 0):
+        raise ValueError(f"k must be (B, Hkv, Tk, d) = ({B}, Hkv, Tk, {d}) with Hq % Hkv == 0 "
+                         f"(Hq = {Hq}); got {k.shape}")
+    Hkv, Tk = k.shape[1], k.shape[2]
+    if v.ndim != 4 or v.shape[:3] != (B, Hkv, Tk) or v.shape[3] == 0:
+        raise ValueError(f"v must be (B, Hkv, Tk, dv) = ({B}, {Hkv}, {Tk}, dv) with dv > 0; "
+                         f"got {v.shape}")
+    dv = v.shape[3]
+    if sinks is not None:
+        sinks = _f32(sinks)
+        if sinks.shape != (Hq,):
+            raise ValueError(f"sinks must be (Hq,) = ({Hq},); got {sinks.shape}")
+    if scale is None:
+        scale = 0.0  # the library's default, 1 / sqrt(d)
+    scale = float(scale)
+    if scale != 0.0 and not (math.isfinite(scale) and scale > 0.0):
+        raise ValueError(f"scale must be finite and > 0 (or None for 1/sqrt(d)); got {scale}")
+    p = _Problem(struct_size=ctypes.sizeof(_Problem), B=B, Hq=Hq, Hkv=Hkv, Tq=Tq, Tk=Tk, d=d, dv=dv,
+                 scale=scale, causal=1 if causal else 0, window=_int_arg("window", window),
+                 sink_tokens=_int_arg("sink_tokens", sink_tokens),
+                 q=_ptr(q), k=_ptr(k), v=_ptr(v), sinks=_ptr(sinks))
+    return p, (q, k, v, sinks)
+
+
+def _check(lib, status):
+    if status != 0:
+        message = (lib.flashlab_last_error() or b"").decode("utf-8", "replace")
+        raise _ERROR_CLASS.get(status, FlashlabError)(status, message)
+
+
+def _names(stage, variant, device):
+    return str(stage).encode(), (variant or "").encode(), str(device).encode()
+
+
+def _counters_dict(c):
+    return {name: int(getattr(c, name)) for name in _COUNTER_NAMES}
+
+
+# ---------------------------------------------------------------------------------------------
+# The entry points.
+
+def forward(q, k, v, *, stage, variant="", device="cpu", causal=False, window=0, sink_tokens=0,
+            sinks=None, scale=None):
+    """Runs the forward pass of one stage.
+
+    q (B, Hq, Tq, d), k (B, Hkv, Tk, d), v (B, Hkv, Tk, dv), sinks (Hq,) or None: any array-like,
+    converted to C-contiguous float32. stage: "07", "7" or "07_causal"; variant: "" for the
+    default implementation, or a name from list_stages() ("naive"); device: "cpu" or "cuda".
+    causal, window (W > 0 implies causal), sink_tokens and scale (None = 1/sqrt(d)) are the
+    options of docs/conventions.md.
+
+    Returns {"o": (B, Hq, Tq, dv), "lse": (B, Hq, Tq), "counters": {...}} with the HBM bytes the
+    stage counted. Raises ValueError for a bad shape, FlashlabError (BadInput, Unsupported,
+    NoDevice) for a status from the library, LibraryNotFound when there is no library.
+    """
+    p, keep = _problem(q, k, v, sinks, causal, window, sink_tokens, scale)
+    lib = load_library()
+    o = np.empty((p.B, p.Hq, p.Tq, p.dv), dtype=np.float32)
+    lse = np.empty((p.B, p.Hq, p.Tq), dtype=np.float32)
+    counters = _Counters(struct_size=ctypes.sizeof(_Counters))
+    status = lib.flashlab_forward(*_names(stage, variant, device), ctypes.byref(p), _ptr(o), _ptr(lse),
+                                  ctypes.byref(counters))
+    del keep  # the inputs had to live until the call returned
+    _check(lib, status)
+    return {"o": o, "lse": lse, "counters": _counters_dict(counters)}
+
+
+def backward(q, k, v, do, *, stage, variant="", device="cpu", causal=False, window=0,
+             sink_tokens=0, sinks=None, scale=None):
+    """Runs the forward and then the backward pass of one stage.
+
+    Arguments as for forward(), plus do (B, Hq, Tq, dv), the gradient arriving at o. Returns
+    {"o", "lse", "dq", "dk", "dv", "counters"} and "dsinks" (Hq,) when sinks is given; dq, dk
+    and dv have the shapes of q, k and v, and counters has both passes filled.
+    """
+    p, keep = _problem(q, k, v, sinks, causal, window, sink_tokens, scale)
+    do = _f32(do)
+    if do.shape != (p.B, p.Hq, p.Tq, p.dv):
+        raise ValueError(f"do must be (B, Hq, Tq, dv) = ({p.B}, {p.Hq}, {p.Tq}, {p.dv}); "
+                         f"got {do.shape}")
+    lib = load_library()
+    out = {
+        "o": np.empty((p.B, p.Hq, p.Tq, p.dv), dtype=np.float32),
+        "lse": np.empty((p.B, p.Hq, p.Tq), dtype=np.float32),
+        "dq": np.empty((p.B, p.Hq, p.Tq, p.d), dtype=np.float32),
+        "dk": np.empty((p.B, p.Hkv, p.Tk, p.d), dtype=np.float32),
+        "dv": np.empty((p.B, p.Hkv, p.Tk, p.dv), dtype=np.float32),
+    }
+    if sinks is not None:
+        out["dsinks"] = np.empty((p.Hq,), dtype=np.float32)
+    counters = _Counters(struct_size=ctypes.sizeof(_Counters))
+    status = lib.flashlab_backward(*_names(stage, variant, device), ctypes.byref(p), _ptr(do),
+                                   _ptr(out["o"]), _ptr(out["lse"]), _ptr(out["dq"]), _ptr(out["dk"]),
+                                   _ptr(out["dv"]), _ptr(out.get("dsinks")), ctypes.byref(counters))
+    del keep, do
+    _check(lib, status)
+    out["counters"] = _counters_dict(counters)
+    return out
+
+
+def list_stages():
+    """Every implementation the library registered, as a list of dicts.
+
+    Keys: stage ("07"), name ("causal"), device ("cpu"/"cuda"), variant ("" for the default
+    one), precision ("float32" or "bf16"; None if the library does not print it) and features,
+    a list that starts with "forward" ("forward", "backward", "causal", "gqa", ...).
+    """
+    lib = load_library()
+    size = 4096
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        need = lib.flashlab_list(buf, size)
+        if need < size:
+            break
+        size = need + 1
+    stages = []
+    for line in buf.value.decode("utf-8", "replace").splitlines():
+        # "07 causal cpu - float32 backward causal": stage name device variant precision feature...
+        cols = line.split()
+        if len(cols) < 4 or cols[0] == "stage" or line.startswith("cuda device"):
+            continue
+        stage, name, device, variant = cols[:4]
+        rest = cols[4:]
+        precision = None
+        if rest and rest[0].startswith(("float32", "bf16")):
+            precision = rest.pop(0)
+            while rest and rest[0].startswith("d="):  # "bf16 d=64,128", as `flashlab list` prints it
+                precision += " " + rest.pop(0)
+        features = [f for word in rest for f in word.split(",") if f]
+        if "forward" not in features:
+            features.insert(0, "forward")
+        stages.append({"stage": stage, "name": name, "device": device,
+                       "variant": "" if variant == "-" else variant,
+                       "precision": precision, "features": features})
+    return stages
