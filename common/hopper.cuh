@@ -191,6 +191,11 @@ __device__ __forceinline__ uint64_t wgmma_desc_sw128(const void *p, uint32_t lea
     return wgmma_desc(p, lead_bytes, stride_bytes) | (1ull << 62); // layout type 1: 128-byte swizzle
 }
 
+// Makes this thread's ordinary shared-memory stores visible to the asynchronous proxy (wgmma and
+// TMA read shared memory through it): a tile written by threads, then read by a wgmma, needs this
+// fence in every writing thread before the barrier that orders the two.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
 // Orders this thread's register writes to the accumulators before the warpgroup's next wgmma.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 // Closes the group of wgmmas issued so far.
@@ -215,27 +220,31 @@ template <int N> __device__ __forceinline__ void wgmma_wait()
                "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "  \
                "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
-// D (64 x N, float32) = A B^T (+ D when accumulate), A (64 x 16) and B (N x 16) bf16, both
-// K-major in shared memory (descriptors a, b); N = 64 or 128. The warpgroup's 128 threads each
+// D (64 x N, float32) = A B^T (+ D when accumulate), A (64 x 16) and B (N x 16) bf16, both in
+// shared memory (descriptors a, b); N = 64 or 128. By default both are K-major (K contiguous);
+// TRANS_A / TRANS_B = 1 reads that operand MN-major instead (its M or N contiguous, as a tile
+// stored transposed is: the backward's dS^T and K in dQ = dS K). The warpgroup's 128 threads each
 // hold N / 2 floats of D: thread t of warp w, with g = (t % 32) / 4 and q = t % 4, holds for
 // j = 0 .. N / 8 - 1
 //   d[4j + 0], d[4j + 1]   row 16 w + g,     columns 8 j + 2 q, 8 j + 2 q + 1
 //   d[4j + 2], d[4j + 3]   row 16 w + g + 8, the same columns
 // (the mma.sync m16n8 C fragment of mma.cuh, repeated over N / 8 column blocks and 4 warps). A wider
 // N reads A from shared memory fewer times per multiply-add.
+template <int TRANS_A = 0, int TRANS_B = 0>
 __device__ __forceinline__ void wgmma_m64n64k16_bf16(float d[32], uint64_t a, uint64_t b, int accumulate)
 {
     asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %34, 0;\n\t"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FL_R32 ", %32, %33, p, 1, 1, 0, 0;\n\t}"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FL_R32 ", %32, %33, p, 1, 1, %35, %36;\n\t}"
                  : FL_D32
-                 : "l"(a), "l"(b), "r"(accumulate));
+                 : "l"(a), "l"(b), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B));
 }
+template <int TRANS_A = 0, int TRANS_B = 0>
 __device__ __forceinline__ void wgmma_m64n128k16_bf16(float d[64], uint64_t a, uint64_t b, int accumulate)
 {
     asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %66, 0;\n\t"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FL_R64 ", %64, %65, p, 1, 1, 0, 0;\n\t}"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FL_R64 ", %64, %65, p, 1, 1, %67, %68;\n\t}"
                  : FL_D64
-                 : "l"(a), "l"(b), "r"(accumulate));
+                 : "l"(a), "l"(b), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B));
 }
 
 // D (64 x N, float32) (+)= A B, A (64 x 16, bf16) from registers, B (16 x N, bf16) in shared

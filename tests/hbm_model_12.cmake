@@ -4,3 +4,4 @@
 # GQA and MQA, odd T, Tq > Tk and Tq < Tk, T = 1, d = 64 and 128; outputs and gradients within the
 # bf16 tolerance of a float64 reference.
 add_hbm_model_test(12 tensor_cores)
+target_sources(test_hbm_model_12 PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/hbm_model_tc.c) # the shared problems and check

@@ -15,7 +15,9 @@
  * Last, the same two products in the 128-byte swizzled layout the fast kernels use (TMA boxes of 64
  * columns written with TMA_SWIZZLE_128B): A B^T with K = 128 (two 64-column blocks, the k-th 16
  * columns of a block addressed 32 k bytes on), and P V with N = 128 by the N = 128 instructions,
- * again trying the MN-major offsets in both orders.
+ * again trying the MN-major offsets in both orders. And the backward's dQ = dS K: both operands
+ * from shared memory read MN-major (the transpose bits of the SS form), A stored as its transpose
+ * (64 K-rows of 64 M-columns, one swizzled block), B as 64 K-rows of 128 N-columns.
  *
  * A wrong descriptor offset, slab address or fragment layout gives wrong elements, and the test
  * names the first. Exit 0 pass, 1 wrong, 2 a CUDA or driver error, 77 no compute-capability-9.0
@@ -144,16 +146,25 @@ struct SwTiles {
     alignas(8) uint64_t full;
 };
 
-// C = A B^T (K = 128), both swizzled K-major; or (pv) C = P V with V's 128 columns swizzled
-// MN-major and P (64 x 64) from global in A fragments; lead / stride: V's descriptor offsets.
+// The products swizzled_kernel computes.
+enum SwProduct {
+    SW_ABT = 0,       // C = A B^T (K = 128), both K-major
+    SW_PV = 1,        // C = P V, P (64 x 64) from global in A fragments, V's 128 columns MN-major
+    SW_TRANSPOSED = 2 // C = A B, A stored transposed (its block 0 as K rows of M columns) and B
+                      // (V's tiles) both read MN-major from shared memory: the backward's dS K
+};
+
+// One product of SwProduct in the swizzled layout; lead / stride: V's (B's) descriptor offsets in
+// SW_PV and SW_TRANSPOSED.
 __global__ void __launch_bounds__(128) swizzled_kernel(const __grid_constant__ CUtensorMap map_a,
                                                        const __grid_constant__ CUtensorMap map_b, const __nv_bfloat16 *p,
-                                                       float *c, int pv, uint32_t lead, uint32_t stride)
+                                                       float *c, int product, uint32_t lead, uint32_t stride)
 {
     extern __shared__ uint8_t raw[];
     SwTiles &t = *reinterpret_cast<SwTiles *>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
     const int tid = threadIdx.x;
     init_barrier(&t.full);
+    const int pv = product == SW_PV;
     if (tid == 0) {
         mbar_arrive_expect_tx(&t.full, pv ? sizeof t.b : sizeof t.a + sizeof t.b);
         for (int cb = 0; cb < CB; cb++) {
@@ -164,11 +175,18 @@ __global__ void __launch_bounds__(128) swizzled_kernel(const __grid_constant__ C
     }
     mbar_wait(&t.full, 0);
     const int w = tid / 32, g = (tid % 32) / 4, q = tid % 4, r0 = 16 * w + g;
-    const int cols = pv ? KW : N;
+    const int cols = product == SW_ABT ? N : KW;
     float d[64];
     for (int i = 0; i < 64; i++)
         d[i] = 0.0f;
-    if (!pv) {
+    if (product == SW_TRANSPOSED) {
+        wgmma_fence();
+        for (int k16 = 0; k16 < K / 16; k16++) { // K rows 16 k16 .. of A's block 0 and of B's blocks
+            const uint64_t da = wgmma_desc_sw128(&t.a[0][16 * k16][0], M * 128, 1024);
+            const uint64_t db = wgmma_desc_sw128(&t.b[0][16 * k16][0], lead, stride);
+            wgmma_m64n128k16_bf16<1, 1>(d, da, db, k16 > 0);
+        }
+    } else if (product == SW_ABT) {
         wgmma_fence();
         for (int k16 = 0; k16 < KW / 16; k16++) {
             const int cb = k16 / 4, kk = k16 % 4;
@@ -195,7 +213,7 @@ __global__ void __launch_bounds__(128) swizzled_kernel(const __grid_constant__ C
 }
 
 // Runs swizzled_kernel and counts the elements of C (64 x cols) that differ from want.
-static int swizzled_wrong(const CUtensorMap &ma, const CUtensorMap &mb, const __nv_bfloat16 *dp, float *dc, int pv,
+static int swizzled_wrong(const CUtensorMap &ma, const CUtensorMap &mb, const __nv_bfloat16 *dp, float *dc, int product,
                           uint32_t lead, uint32_t stride, const double *want, int cols, int *failed)
 {
     static float hc[M * KW];
@@ -206,7 +224,7 @@ static int swizzled_wrong(const CUtensorMap &ma, const CUtensorMap &mb, const __
         *failed = 1;
         return -1;
     }
-    swizzled_kernel<<<1, 128, smem>>>(ma, mb, dp, dc, pv, lead, stride);
+    swizzled_kernel<<<1, 128, smem>>>(ma, mb, dp, dc, product, lead, stride);
     if (!cuda_ok(cudaGetLastError(), "launch") || !cuda_ok(cudaDeviceSynchronize(), "swizzled_kernel") ||
         !cuda_ok(cudaMemcpy(hc, dc, M * cols * sizeof(float), cudaMemcpyDeviceToHost), "copy C")) {
         *failed = 1;
@@ -342,7 +360,7 @@ int main(void)
         fprintf(stderr, "test_hopper_plumbing: %s\n", err.msg);
         return 2;
     }
-    static double want_abt[M * N], want_pv[M * KW];
+    static double want_abt[M * N], want_pv[M * KW], want_t[M * KW];
     for (int i = 0; i < M; i++) {
         for (int j = 0; j < N; j++) {
             double acc = 0.0;
@@ -355,10 +373,14 @@ int main(void)
             for (int k = 0; k < K; k++)
                 acc += (double)__bfloat162float(hp[i * K + k]) * (double)__bfloat162float(hv2[k * KW + j]);
             want_pv[i * KW + j] = acc;
+            acc = 0.0; // A[i][k] stored transposed: row k, column i of A's first block
+            for (int k = 0; k < K; k++)
+                acc += (double)__bfloat162float(ha2[k * KW + i]) * (double)__bfloat162float(hv2[k * KW + j]);
+            want_t[i * KW + j] = acc;
         }
     }
     int failed = 0;
-    const int wrong_sw = swizzled_wrong(ma2, mb2, dp, dc2, 0, 0, 0, want_abt, N, &failed);
+    const int wrong_sw = swizzled_wrong(ma2, mb2, dp, dc2, SW_ABT, 0, 0, want_abt, N, &failed);
     printf("test_hopper_plumbing: swizzled A B^T (K = 128, two 64-column blocks): %d of %d elements wrong\n", wrong_sw,
            M * N);
     // MN-major, swizzled: 64-column blocks are K * 128 bytes apart, 8-key groups 1024 bytes apart.
@@ -367,10 +389,15 @@ int main(void)
     const uint32_t sw_orders[2][2] = {{K * 128, 1024}, {1024, K * 128}};
     int wrong_swpv[2];
     for (int o = 0; o < 2; o++) {
-        wrong_swpv[o] = swizzled_wrong(ma2, mv2, dp, dc2, 1, sw_orders[o][0], sw_orders[o][1], want_pv, KW, &failed);
+        wrong_swpv[o] = swizzled_wrong(ma2, mv2, dp, dc2, SW_PV, sw_orders[o][0], sw_orders[o][1], want_pv, KW, &failed);
         printf("test_hopper_plumbing: swizzled P V (N = 128, MN-major, leading %u B, stride %u B): %d of %d elements "
                "wrong\n", sw_orders[o][0], sw_orders[o][1], wrong_swpv[o], M * KW);
     }
+    // dS K: A and B both MN-major from shared memory, B with the offsets found above
+    const int wrong_t = swizzled_wrong(ma2, mv2, dp, dc2, SW_TRANSPOSED, sw_orders[0][0], sw_orders[0][1], want_t, KW,
+                                       &failed);
+    printf("test_hopper_plumbing: swizzled A B with A and B MN-major in shared memory (transpose bits, N = 128): "
+           "%d of %d elements wrong\n", wrong_t, M * KW);
     cudaFree(da2), cudaFree(db2), cudaFree(dv2), cudaFree(dc2);
     if (failed)
         return 2;
@@ -379,5 +406,5 @@ int main(void)
         fprintf(stderr, "test_hopper_plumbing: the swapped MN-major offsets gave the right product as well\n");
     if (wrong_swpv[1] == 0)
         fprintf(stderr, "test_hopper_plumbing: the swapped swizzled MN-major offsets gave the right product as well\n");
-    return wrong || wrong_pv[0] || wrong_pv[1] == 0 || wrong_sw || wrong_swpv[0] || wrong_swpv[1] == 0 ? 1 : 0;
+    return wrong || wrong_pv[0] || wrong_pv[1] == 0 || wrong_sw || wrong_swpv[0] || wrong_swpv[1] == 0 || wrong_t ? 1 : 0;
 }

@@ -25,6 +25,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <initializer_list>
+
 #include "attn.h"
 #include "cuda_util.h"
 #include "error.h"
@@ -94,11 +96,13 @@ template <int D> struct FwdSmem {
     static constexpr size_t BYTES = sizeof(FwdSmem) + 1024; // + room to align the base to 1024 bytes
 };
 
-template <int D> __device__ __forceinline__ FwdSmem<D> &fwd_smem()
+// The dynamic shared memory of a block as a Smem struct whose tiles need 1024-byte alignment (the
+// 128-byte swizzle repeats every 1024 bytes).
+template <typename Smem> __device__ __forceinline__ Smem &aligned_smem()
 {
     extern __shared__ uint8_t smem_raw[];
     const uintptr_t base = (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023);
-    return *reinterpret_cast<FwdSmem<D> *>(base);
+    return *reinterpret_cast<Smem *>(base);
 }
 
 // The producer's thread: Q_i's two 64-row halves, then K_j and V_j of every tile, each tile as
@@ -360,7 +364,7 @@ __global__ void __launch_bounds__(FwdTile<D>::NT, 1)
                           const __grid_constant__ CUtensorMap mv, TcArgs a)
 {
     using T = FwdTile<D>;
-    FwdSmem<D> &sm = fwd_smem<D>();
+    FwdSmem<D> &sm = aligned_smem<FwdSmem<D>>();
     // grid (query tiles, heads): the blocks of one head run side by side and share its K and V in
     // L2 (stage 12 puts heads first, for the causal schedule). Query tiles in reverse: with a
     // causal mask the longest walks (the last query tiles) start first.
@@ -665,39 +669,383 @@ __global__ void __launch_bounds__(BwdTile<D>::NT) tc_backward_kernel(TcArgs a)
         hbm_dev_add(a.hbm, HBM_WRITTEN, (unsigned long long)rows_kv * 2 * D * sizeof(float));
 }
 
-// Launches `kernel` with `smem` bytes of dynamic shared memory (raising the per-kernel limit).
-template <typename Kernel>
-int launch(Kernel kernel, dim3 grid, int threads, size_t smem, const TcArgs &a, const char *name,
-           FlError *err)
+// ==== the backward pass on wgmma (variant "wgmma") ===============================================
+//
+// NOT YET RUN ON A GPU: written and compiled (no spills, no serialised wgmma) in a session that had
+// no GPU time left. It is a variant until it has passed the tc_* cases, the sanitizers and the
+// bench; then it replaces the kernel above as the stage's backward (issue 26).
+//
+// The same passes as above (D first, by bwd_d_kernel). One block of three warpgroups per K/V tile
+// K_j, V_j (BC = 128 keys) of one kv head; it walks every query tile Q_i (BR = 64 rows) of every
+// query head of the group, as the block above does:
+//   warpgroup 0, the producer: one thread loads K_j and V_j once with TMA, then Q_i and dO_i of each
+//     step into a ring of NSTAGE stages; the rest of its first warp copies lse_i (times log2 e) and
+//     D_i beside them, and all 32 arrive on the stage's q_full barrier;
+//   warpgroups 1 and 2, the consumers: warpgroup c owns keys 64c .. 64c + 63 of the tile, keeps their
+//     rows of dK_j and dV_j in registers, and for each query tile computes by wgmma
+//       S^T = K_c Q_i^T,  dP^T = V_c dO_i^T   (64, BR)  both operands K-major in shared memory
+//       P^T, dS^T                              element-wise, in registers
+//       dV_c += P^T dO_i,  dK_c += dS^T Q_i   (64, D)   P^T, dS^T from registers; dO_i, Q_i MN-major
+//       dQ_i += dS K_c                         (BR, D)  dS^T through shared memory, K_c MN-major
+//     then hands the stage back (q_empty) and adds scale dQ_i into dQ in HBM with float32 atomics.
+// Computing S^T rather than S puts the keys in the wgmma's M, so the accumulators of S^T and dP^T
+// are, after rounding, the A operands of dV += P^T dO and dK += dS^T Q: no trip through shared memory
+// (stage 12 does the same with mma.sync). dQ needs dS with the queries in M: each warpgroup writes
+// its dS^T (bf16) to shared memory and a wgmma reads it back transposed. Each warpgroup adds its own
+// 64 keys' share of dQ_i, so the two never wait for each other, at the price of two atomic adds per
+// element of dQ_i and step instead of one.
+template <int D> struct WgBwdTile {
+    static constexpr int BR = TC_BWD_BLOCK_R, BC = TC_WG_BWD_BLOCK_C;
+    static constexpr int KEYS = TC_BWD_WG_KEYS;     // keys of one consumer warpgroup (one wgmma M)
+    static constexpr int CONSUMERS = BC / KEYS, NT = 128 * (1 + CONSUMERS);
+    static constexpr int NSTAGE = 2;                // Q_i, dO_i stages in the ring
+    static constexpr int CBLK = D / 64, NO = D / 8, NQ = BR / 8; // 64-column blocks; 8-column blocks
+    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
+};
+
+template <int D> struct WgBwdSmem {
+    using T = WgBwdTile<D>;
+    alignas(1024) bf16 k[T::CBLK][T::BC][64];                // K_j   (BC, D)
+    alignas(1024) bf16 v[T::CBLK][T::BC][64];                // V_j   (BC, D)
+    alignas(1024) bf16 q[T::NSTAGE][T::CBLK][T::BR][64];     // Q_i   (BR, D), one per stage
+    alignas(1024) bf16 dO[T::NSTAGE][T::CBLK][T::BR][64];    // dO_i  (BR, D), one per stage
+    alignas(1024) bf16 dst[T::CONSUMERS][2][T::KEYS][T::BR]; // dS^T of each consumer, two buffers
+    float lse2[T::NSTAGE][T::BR], dsum[T::NSTAGE][T::BR];    // lse_i log2(e) and D_i
+    uint64_t kv_full, q_full[T::NSTAGE], q_empty[T::NSTAGE];
+    static constexpr size_t BYTES = sizeof(WgBwdSmem) + 1024;
+};
+
+// The producer's first warp: K_j, V_j once, then for each step Q_i and dO_i (TMA, lane 0) and
+// lse_i log2(e), D_i (all lanes, plain loads; rows past Tq get 0 and are masked by the consumers).
+template <int D>
+__device__ void produce_bwd(WgBwdSmem<D> &sm, const CUtensorMap *mq, const CUtensorMap *mdo, const CUtensorMap *mk,
+                            const CUtensorMap *mv, const TcArgs &a, const QueryWalk &walk, int hq0, int kvbh,
+                            int kv0, int lane)
 {
-    int rc = fl_cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 (int)smem),
-                            name, err);
-    if (rc != FL_OK)
-        return rc;
-    kernel<<<grid, threads, smem>>>(a);
-    return fl_cuda_launch_status(name, err);
+    using T = WgBwdTile<D>;
+    if (lane == 0) {
+        mbar_arrive_expect_tx(&sm.kv_full, sizeof sm.k + sizeof sm.v);
+        for (int cb = 0; cb < T::CBLK; cb++) {
+            tma_load_3d(&sm.k[cb][0][0], mk, 64 * cb, kv0, kvbh, &sm.kv_full);
+            tma_load_3d(&sm.v[cb][0][0], mv, 64 * cb, kv0, kvbh, &sm.kv_full);
+        }
+        hbm_dev_add(a.hbm, HBM_READ, (unsigned long long)min(T::BC, a.Tk - kv0) * 2 * D * sizeof(bf16));
+    }
+    for (int step = 0; step < walk.steps; step++) {
+        const int st = step % T::NSTAGE, use = step / T::NSTAGE;
+        const int hq = walk.head(step, hq0), q0 = walk.tile(step) * T::BR, rows = min(T::BR, a.Tq - q0);
+        if (use > 0) // the consumers' previous use of this stage (phase use - 1) must be over
+            mbar_wait(&sm.q_empty[st], (use - 1) & 1);
+        const size_t row0 = (size_t)hq * a.Tq + q0;
+        for (int r = lane; r < T::BR; r += 32) {
+            sm.lse2[st][r] = r < rows ? a.lse[row0 + r] * kLog2e : 0.0f;
+            sm.dsum[st][r] = r < rows ? a.D[row0 + r] : 0.0f;
+        }
+        if (lane == 0) { // its arrive also announces the bytes TMA will deliver
+            mbar_arrive_expect_tx(&sm.q_full[st], sizeof sm.q[0] + sizeof sm.dO[0]);
+            for (int cb = 0; cb < T::CBLK; cb++) {
+                tma_load_3d(&sm.q[st][cb][0][0], mq, 64 * cb, q0, hq, &sm.q_full[st]);
+                tma_load_3d(&sm.dO[st][cb][0][0], mdo, 64 * cb, q0, hq, &sm.q_full[st]);
+            }
+            hbm_dev_add(a.hbm, HBM_READ, (unsigned long long)rows * (2 * D * sizeof(bf16) + 2 * sizeof(float)));
+        } else {
+            mbar_arrive(&sm.q_full[st]);
+        }
+    }
+}
+
+// Issues X^T = R_c C^T (64, BR) as one commit group: R_c = rows 64c.. of K_j or V_j (A), C = Q_i or
+// dO_i (B), both K-major in 64-column swizzled blocks (rs: BC rows a block, cs: BR rows a block).
+template <int D>
+__device__ __forceinline__ void issue_transposed(float (&x)[TC_BWD_BLOCK_R / 8][4], const bf16 *rs, const bf16 *cs, int c)
+{
+    using T = WgBwdTile<D>;
+#pragma unroll
+    for (int n = 0; n < T::NQ; n++)
+        x[n][0] = x[n][1] = x[n][2] = x[n][3] = 0.0f;
+    wgmma_fence();
+#pragma unroll
+    for (int k16 = 0; k16 < D / 16; k16++) { // columns 16 k16 ..: block k16 / 4, 32 (k16 % 4) bytes in
+        const int cb = k16 / 4, at = 32 * (k16 % 4);
+        const char *a = reinterpret_cast<const char *>(rs + (cb * T::BC + T::KEYS * c) * 64) + at;
+        const char *b = reinterpret_cast<const char *>(cs + cb * T::BR * 64) + at;
+        wgmma_m64n64k16_bf16(&x[0][0], wgmma_desc_sw128(a, 16, 1024), wgmma_desc_sw128(b, 16, 1024), k16 > 0);
+    }
+    wgmma_commit();
+}
+
+// Issues acc (64, D) += F C_i with F (64, BR) as bf16 A fragments in registers (P^T or dS^T) and
+// C_i (BR, D) = dO_i or Q_i read MN-major (its rows are the product's K); no commit.
+template <int D>
+__device__ __forceinline__ void issue_from_registers(float (&acc)[D / 8][4], const uint32_t (&f)[TC_BWD_BLOCK_R / 16][4],
+                                                     const bf16 *cs)
+{
+    using T = WgBwdTile<D>;
+#pragma unroll
+    for (int kc = 0; kc < T::BR / 16; kc++) { // queries 16 kc .. 16 kc + 15
+        // MN-major: 64-column blocks BR * 128 bytes apart (leading), 8-row groups 1024 (stride)
+        const uint64_t b = wgmma_desc_sw128(cs + 16 * kc * 64, T::BR * 128, 1024);
+        if constexpr (D == 128)
+            wgmma_m64n128k16_bf16_rs(&acc[0][0], f[kc], b, 1);
+        else
+            wgmma_m64n64k16_bf16_rs(&acc[0][0], f[kc], b, 1);
+    }
+}
+
+// Issues dQ_c = dS_c K_c (BR, D) as one commit group: dS_c (BR, 64) read transposed from the
+// warpgroup's dS^T (64 keys of BR bf16: one swizzled block), K_c (64, D) read MN-major.
+template <int D>
+__device__ __forceinline__ void issue_dq(float (&dq)[D / 8][4], const bf16 (&dst)[TC_BWD_WG_KEYS][TC_BWD_BLOCK_R],
+                                         const WgBwdSmem<D> &sm, int c)
+{
+    using T = WgBwdTile<D>;
+    wgmma_fence();
+#pragma unroll
+    for (int kc = 0; kc < T::KEYS / 16; kc++) { // keys 64 c + 16 kc ..
+        const uint64_t a = wgmma_desc_sw128(&dst[16 * kc][0], T::KEYS * 128, 1024);
+        const uint64_t b = wgmma_desc_sw128(&sm.k[0][T::KEYS * c + 16 * kc][0], T::BC * 128, 1024);
+        if constexpr (D == 128)
+            wgmma_m64n128k16_bf16<1, 1>(&dq[0][0], a, b, kc > 0);
+        else
+            wgmma_m64n64k16_bf16<1, 1>(&dq[0][0], a, b, kc > 0);
+    }
+    wgmma_commit();
+}
+
+// One consumer thread's place: keys key[0] = 64 c + 16 warp + g and key[1] = key[0] + 8 of the
+// tile (rows of S^T, dP^T, dK, dV); element e of an accumulator's 8-column block n sits at row
+// key[e / 2] and column 8 n + 2 t4 + e % 2 (a query row of the tile in S^T, a feature in dK, dV).
+struct Keys {
+    int key[2], warp, g, t4;
+};
+
+// P^T = exp2(S^T scale log2(e) - lse log2(e)) in place, 0 where the mask hides the pair; then
+// dS^T = P^T ∘ (dP^T - D) in place of dP^T (P unrounded, as in the reference).
+__device__ __forceinline__ void probabilities_and_ds(float (&s)[TC_BWD_BLOCK_R / 8][4], float (&dp)[TC_BWD_BLOCK_R / 8][4],
+                                                     const float *lse2, const float *dsum, const TcArgs &a,
+                                                     const Keys &w, int q0, bool masked)
+{
+#pragma unroll
+    for (int n = 0; n < TC_BWD_BLOCK_R / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int c = 8 * n + 2 * w.t4 + (e & 1); // query row within the tile
+            // a row that saw no key (lse = -inf) has P = 0 for every key: the mask covers it
+            float p = fast_exp2(fmaf(s[n][e], a.scale_log2, -lse2[c]));
+            if (masked && hidden(a, q0 + c, w.key[e >> 1]))
+                p = 0.0f;
+            s[n][e] = p;
+            /* exercise: begin — dS^T = P^T ∘ (dP^T - D) for element e of tile n (check 14 --device cuda: dq and dk) | stub: dp[n][e] = 0.0f; */
+            dp[n][e] = p * (dp[n][e] - dsum[c]);
+            /* exercise: end */
+        }
+}
+
+// Accumulators (64, BR) as bf16 A fragments over BR: the rounding points of P and dS.
+__device__ __forceinline__ void to_fragments(uint32_t (&f)[TC_BWD_BLOCK_R / 16][4], const float (&x)[TC_BWD_BLOCK_R / 8][4])
+{
+#pragma unroll
+    for (int kc = 0; kc < TC_BWD_BLOCK_R / 16; kc++)
+        a_from_c(f[kc], x[2 * kc], x[2 * kc + 1]);
+}
+
+// The warpgroup's dS^T fragments into shared memory, in the 128-byte swizzled layout a wgmma
+// reads: key row r (BR = 64 bf16, 128 bytes), 16-byte chunk k of it at chunk k ^ (r % 8). A
+// fragment's registers hold (row g, chunk 2kc), (row g + 8, 2kc), (row g, 2kc + 1), (row g + 8, 2kc + 1).
+__device__ __forceinline__ void store_ds_transposed(bf16 (&dst)[TC_BWD_WG_KEYS][TC_BWD_BLOCK_R],
+                                                    const uint32_t (&f)[TC_BWD_BLOCK_R / 16][4], const Keys &w)
+{
+    char *base = reinterpret_cast<char *>(&dst[0][0]);
+#pragma unroll
+    for (int kc = 0; kc < TC_BWD_BLOCK_R / 16; kc++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int row = 16 * w.warp + w.g + 8 * (r & 1), chunk = 2 * kc + (r >> 1);
+            *reinterpret_cast<uint32_t *>(base + row * 128 + ((chunk ^ (row % 8)) * 16) + 4 * w.t4) = f[kc][r];
+        }
+}
+
+// dQ_i += scale dQ_c: this warpgroup's share, rows q0 + 16 warp + g (+ 8) of head hq.
+template <int D>
+__device__ __forceinline__ void add_dq(const TcArgs &a, const float (&dq)[D / 8][4], const Keys &w, int hq, int q0)
+{
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int row = q0 + 16 * w.warp + w.g + 8 * rr;
+        if (row >= a.Tq)
+            continue;
+        float *dst = a.dQ + ((size_t)hq * a.Tq + row) * D + 2 * w.t4;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            atomic_add_pair(dst + 8 * n, a.scale * dq[n][2 * rr], a.scale * dq[n][2 * rr + 1]);
+    }
+}
+
+// One consumer warpgroup: keys kc0 .. kc0 + 63 of the tile (kc0 = kv0 + 64 c), every step of the walk.
+template <int D>
+__device__ void consume_bwd(WgBwdSmem<D> &sm, const TcArgs &a, const QueryWalk &walk, int c, int hq0, int kvbh, int kv0)
+{
+    using T = WgBwdTile<D>;
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, g = lane / 4;
+    const int kc0 = kv0 + T::KEYS * c, keys = min(T::KEYS, a.Tk - kc0); // keys <= 0: none here
+    const Keys w = {{kc0 + 16 * warp + g, kc0 + 16 * warp + g + 8}, warp, g, lane % 4};
+    float dk[T::NO][4], dv[T::NO][4];
+#pragma unroll
+    for (int n = 0; n < T::NO; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            dk[n][e] = dv[n][e] = 0.0f;
+
+    mbar_wait(&sm.kv_full, 0);
+    for (int step = 0; step < walk.steps; step++) {
+        const int st = step % T::NSTAGE, hq = walk.head(step, hq0), q0 = walk.tile(step) * T::BR;
+        const bool masked = kc0 + T::KEYS > a.Tk || q0 + T::BR > a.Tq ||
+                            (a.causal && kc0 + T::KEYS - 1 > q0 + a.Tk - a.Tq);
+        mbar_wait(&sm.q_full[st], (step / T::NSTAGE) & 1); // Q_i, dO_i, lse_i, D_i are in
+        float s[T::NQ][4], dp[T::NQ][4];
+        issue_transposed<D>(s, &sm.k[0][0][0], &sm.q[st][0][0][0], c);   // S^T
+        issue_transposed<D>(dp, &sm.v[0][0][0], &sm.dO[st][0][0][0], c); // dP^T
+        wgmma_wait<0>();
+        probabilities_and_ds(s, dp, sm.lse2[st], sm.dsum[st], a, w, q0, masked);
+
+        uint32_t pa[T::NQ / 2][4], dsa[T::NQ / 2][4];
+        to_fragments(pa, s);
+        to_fragments(dsa, dp);
+        wgmma_fence();
+        issue_from_registers<D>(dv, pa, &sm.dO[st][0][0][0]); // dV_c += P^T dO_i
+        issue_from_registers<D>(dk, dsa, &sm.q[st][0][0][0]); // dK_c += dS^T Q_i
+        wgmma_commit();
+        // dS^T to shared memory (buffer step % 2: the other one may still be read by the last
+        // step's dQ wgmma of a slower warp), made visible to wgmma, then dQ_c = dS_c K_c
+        bf16(&dst)[T::KEYS][T::BR] = sm.dst[c][step & 1];
+        store_ds_transposed(dst, dsa, w);
+        fence_proxy_async();
+        named_barrier_sync(1 + c, 128);
+        wgmma_wait<0>(); // dV, dK done: pa, dsa are free
+        float dq[T::NO][4];
+        issue_dq<D>(dq, dst, sm, c);
+        wgmma_wait<0>();
+        release(&sm.q_empty[st], lane); // Q_i, dO_i, lse_i, D_i go back to the producer
+        if (keys > 0) {
+            add_dq<D>(a, dq, w, hq, q0);
+            if (tid == 0) {
+                const unsigned long long bytes = (unsigned long long)min(T::BR, a.Tq - q0) * D * sizeof(float);
+                hbm_dev_add(a.hbm, HBM_READ, bytes); // dQ: read-modify-write
+                hbm_dev_add(a.hbm, HBM_WRITTEN, bytes);
+            }
+        }
+    }
+
+    // dK_c = scale dS^T Q and dV_c: written once, float32
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        if (w.key[rr] >= a.Tk)
+            continue;
+        float *dkrow = a.dK + ((size_t)kvbh * a.Tk + w.key[rr]) * D;
+        float *dvrow = a.dV + ((size_t)kvbh * a.Tk + w.key[rr]) * D;
+#pragma unroll
+        for (int n = 0; n < T::NO; n++) {
+            *reinterpret_cast<float2 *>(dkrow + 8 * n + 2 * w.t4) =
+                make_float2(a.scale * dk[n][2 * rr], a.scale * dk[n][2 * rr + 1]);
+            *reinterpret_cast<float2 *>(dvrow + 8 * n + 2 * w.t4) = make_float2(dv[n][2 * rr], dv[n][2 * rr + 1]);
+        }
+    }
+    if (tid == 0 && keys > 0)
+        hbm_dev_add(a.hbm, HBM_WRITTEN, (unsigned long long)keys * 2 * D * sizeof(float));
+}
+
+template <int D>
+__global__ void __launch_bounds__(WgBwdTile<D>::NT, 1)
+    hopper_backward_kernel(const __grid_constant__ CUtensorMap mq, const __grid_constant__ CUtensorMap mdo,
+                           const __grid_constant__ CUtensorMap mk, const __grid_constant__ CUtensorMap mv, TcArgs a)
+{
+    using T = WgBwdTile<D>;
+    WgBwdSmem<D> &sm = aligned_smem<WgBwdSmem<D>>();
+    // grid (key tiles, kv heads), as stage 12: the blocks running together share a head, so the Q
+    // and dO tiles every block of the head streams are served from L2
+    const int kvbh = blockIdx.y, hkv = kvbh % (a.Hq / a.group), b = kvbh / (a.Hq / a.group);
+    const int hq0 = b * a.Hq + hkv * a.group; // first query head (b, h) of the group, flattened
+    const int kv0 = blockIdx.x * T::BC;
+    const QueryWalk walk(a, kv0, T::BR);
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        mbar_init(&sm.kv_full, 1);
+        for (int st = 0; st < T::NSTAGE; st++) {
+            mbar_init(&sm.q_full[st], 32);                // the producer warp's 32 arrives (+ TMA's bytes)
+            mbar_init(&sm.q_empty[st], 4 * T::CONSUMERS); // one arrive per consumer warp
+        }
+        fence_barrier_init();
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        regs_release<T::PRODUCER_REGS>();
+        if (threadIdx.x < 32)
+            produce_bwd<D>(sm, &mq, &mdo, &mk, &mv, a, walk, hq0, kvbh, kv0, threadIdx.x);
+    } else {
+        regs_acquire<T::CONSUMER_REGS>();
+        consume_bwd<D>(sm, a, walk, wg - 1, hq0, kvbh, kv0);
+    }
+}
+
+// Raises the dynamic shared-memory limit of `kernel` to `bytes`.
+template <typename Kernel> int allow_smem(Kernel kernel, size_t bytes, const char *name, FlError *err)
+{
+    return fl_cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
+                          name, err);
+}
+
+// One tensor map to build: `mats` (B x heads) row-major matrices of `rows` x D bf16 at base, read in
+// boxes of box_rows x 64 columns stored with the 128-byte swizzle.
+struct TileMap {
+    CUtensorMap *map;
+    const bf16 *base;
+    int mats, rows, box_rows;
+};
+
+template <int D> int map_tiles(std::initializer_list<TileMap> maps, FlError *err)
+{
+    for (const TileMap &m : maps) {
+        const int rc = tma_map_bf16(m.map, m.base, m.mats, m.rows, D, m.box_rows, 64, err, TMA_SWIZZLE_128B);
+        if (rc != FL_OK)
+            return rc;
+    }
+    return FL_OK;
 }
 
 template <int D> int forward_launch(const TcArgs &a, int heads, int kv_heads, FlError *err)
 {
     using T = FwdTile<D>;
-    CUtensorMap mq, mk, mv; // q (B Hq, Tq, D), k and v (B Hkv, Tk, D); swizzled boxes of 64 columns
-    int rc = tma_map_bf16(&mq, a.q, heads, a.Tq, D, T::ROWS, 64, err, TMA_SWIZZLE_128B);
+    CUtensorMap mq, mk, mv; // q (B Hq, Tq, D), k and v (B Hkv, Tk, D)
+    int rc = map_tiles<D>({{&mq, a.q, heads, a.Tq, T::ROWS}, {&mk, a.k, kv_heads, a.Tk, T::BC},
+                           {&mv, a.v, kv_heads, a.Tk, T::BC}}, err);
     if (rc == FL_OK)
-        rc = tma_map_bf16(&mk, a.k, kv_heads, a.Tk, D, T::BC, 64, err, TMA_SWIZZLE_128B);
-    if (rc == FL_OK)
-        rc = tma_map_bf16(&mv, a.v, kv_heads, a.Tk, D, T::BC, 64, err, TMA_SWIZZLE_128B);
-    if (rc == FL_OK)
-        rc = fl_cuda_status(cudaFuncSetAttribute(hopper_forward_kernel<D>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 (int)FwdSmem<D>::BYTES),
-                            "hopper_forward_kernel", err);
+        rc = allow_smem(hopper_forward_kernel<D>, FwdSmem<D>::BYTES, "hopper_forward_kernel", err);
     if (rc != FL_OK)
         return rc;
     const dim3 grid((unsigned)ceil_div(a.Tq, T::BR), (unsigned)heads);
     hopper_forward_kernel<D><<<grid, T::NT, FwdSmem<D>::BYTES>>>(mq, mk, mv, a);
     return fl_cuda_launch_status("hopper_forward_kernel", err);
+}
+
+template <int D> int wgmma_backward_launch(const TcArgs &a, int heads, int kv_heads, FlError *err)
+{
+    using T = WgBwdTile<D>;
+    const long long rows = (long long)heads * a.Tq;
+    bwd_d_kernel<D><<<(unsigned)((rows + 7) / 8), 256>>>(a.dO, a.o, a.D, rows, a.hbm);
+    int rc = fl_cuda_launch_status("bwd_d_kernel", err);
+    CUtensorMap mq, mdo, mk, mv; // q, dO (B Hq, Tq, D) in boxes of BR rows; k, v (B Hkv, Tk, D) of BC
+    if (rc == FL_OK)
+        rc = map_tiles<D>({{&mq, a.q, heads, a.Tq, T::BR}, {&mdo, a.dO, heads, a.Tq, T::BR},
+                           {&mk, a.k, kv_heads, a.Tk, T::BC}, {&mv, a.v, kv_heads, a.Tk, T::BC}}, err);
+    if (rc == FL_OK)
+        rc = allow_smem(hopper_backward_kernel<D>, WgBwdSmem<D>::BYTES, "hopper_backward_kernel", err);
+    if (rc != FL_OK)
+        return rc;
+    const dim3 grid((unsigned)ceil_div(a.Tk, T::BC), (unsigned)kv_heads);
+    hopper_backward_kernel<D><<<grid, T::NT, WgBwdSmem<D>::BYTES>>>(mq, mdo, mk, mv, a);
+    return fl_cuda_launch_status("hopper_backward_kernel", err);
 }
 
 template <int D> int backward_launch(const TcArgs &a, int heads, int kv_heads, FlError *err)
@@ -709,7 +1057,11 @@ template <int D> int backward_launch(const TcArgs &a, int heads, int kv_heads, F
     if (rc != FL_OK)
         return rc;
     const dim3 grid((unsigned)ceil_div(a.Tk, T::BC), (unsigned)kv_heads);
-    return launch(tc_backward_kernel<D>, grid, T::NT, T::SMEM_BYTES, a, "tc_backward_kernel", err);
+    rc = allow_smem(tc_backward_kernel<D>, T::SMEM_BYTES, "tc_backward_kernel", err);
+    if (rc != FL_OK)
+        return rc;
+    tc_backward_kernel<D><<<grid, T::NT, T::SMEM_BYTES>>>(a);
+    return fl_cuda_launch_status("tc_backward_kernel", err);
 }
 
 } // namespace
@@ -781,7 +1133,11 @@ static size_t tc_workspace_bytes(const AttnProblem *p, const RunCtx *ctx, Direct
     return dir == DIR_BWD ? (size_t)p->B * p->Hq * p->Tq * sizeof(float) : 0;
 }
 
-static int tc_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
+typedef int (*BackwardLaunch)(const TcArgs &a, int heads, int kv_heads, FlError *err);
+
+// dq = 0 (both backward kernels add into it), then the kernels of `launch` for the head dim.
+static int tc_backward_with(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, BackwardLaunch launch64,
+                            BackwardLaunch launch128, FlError *err)
 {
     int rc = tc_validate(p, 1, err);
     if (rc != FL_OK || p->Tq <= 0 || p->Tk <= 0 || p->B <= 0 || p->Hq <= 0)
@@ -793,8 +1149,17 @@ static int tc_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlErro
         rc = hbm_dev_add_from_host(a.hbm, 0, dq_bytes, err);
     if (rc != FL_OK)
         return rc;
-    return p->d == 64 ? backward_launch<64>(a, p->B * p->Hq, p->B * p->Hkv, err)
-                      : backward_launch<128>(a, p->B * p->Hq, p->B * p->Hkv, err);
+    return (p->d == 64 ? launch64 : launch128)(a, p->B * p->Hq, p->B * p->Hkv, err);
+}
+
+static int tc_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
+{
+    return tc_backward_with(p, t, ctx, backward_launch<64>, backward_launch<128>, err);
+}
+
+static int tc_backward_wgmma(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
+{
+    return tc_backward_with(p, t, ctx, wgmma_backward_launch<64>, wgmma_backward_launch<128>, err);
 }
 
 static const StageImpl tc_cuda = {
@@ -812,4 +1177,20 @@ static const StageImpl tc_cuda = {
     {64, 128},
 };
 
-extern "C" const StageImpl *const stage14_hopper_cuda[] = {&tc_cuda, NULL};
+static const StageImpl tc_cuda_wgmma = {
+    "14",
+    "hopper",
+    "wgmma",
+    DEVICE_CUDA,
+    "the same forward; backward on wgmma too: a TMA producer, two consumer warpgroups of 64 keys, "
+    "dQ by atomics (not yet run on a GPU)",
+    FEAT_BACKWARD | FEAT_CAUSAL | FEAT_GQA,
+    tc_forward,
+    tc_backward_wgmma,
+    tc_workspace_bytes,
+    NULL,
+    PRECISION_BF16,
+    {64, 128},
+};
+
+extern "C" const StageImpl *const stage14_hopper_cuda[] = {&tc_cuda, &tc_cuda_wgmma, NULL};

@@ -1,0 +1,157 @@
+/* test_hbm_model_14.c — stage 14 (bf16 on Hopper): the HBM counters and workspace of the forward
+ * and the backward pass equal the closed forms of docs/hbm_model.md ("Stage 14"), byte for
+ * byte, for the CPU reference of the tensor-core arithmetic (`cpu`) and for the kernels (`cuda`,
+ * skipped with 77 without a device); and the outputs and gradients are within the bf16 tolerance
+ * (check.h, docs/conventions.md) of a float64 reference on the float32 inputs, so the counts come
+ * from runs that really computed attention.
+ *
+ * Usage: test_hbm_model_14 cpu|cuda (cuda: skipped with 77 without a Hopper GPU or in a build
+ * without sm_90a). Both devices share one closed form: bf16 inputs are 2 bytes an element, o, lse,
+ * D, dq, dk, dv 4 bytes; the kernels' tiles (stages/14_hopper/tiles.h) are 128 query rows and 128
+ * keys in the forward, 64 query rows and 64 keys in the default backward, 64 query rows and 128
+ * keys in the wgmma variant's, whose two consumer warpgroups of 64 keys each read-modify-write dq
+ * for their own keys. The problems are stage 12's (hbm_model_tc.c). The expected numbers are
+ * computed here from the doc's formulas, tile by tile, with test_keys_seen (docs/conventions.md)
+ * deciding which tiles a causal walk visits; nothing is taken from the stage. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "attn.h"
+#include "hbm_model_tc.h"
+#include "runner.h"
+#include "test_support.h"
+
+/* The kernels' tiles (tiles.h), written out again. */
+enum { FWD_ROWS = 128, FWD_KEYS = 128, BWD_ROWS = 64, BWD_KEYS = 64, WGMMA_BWD_KEYS = 128, WG_KEYS = 64 };
+
+static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+/* ---- docs/hbm_model.md, stage 14, written out again ---------------------------------------- */
+
+/* K/V rows one query head's forward blocks load: for each block of 128 rows, the key tiles of 128
+ * up to the one holding the last key its last row sees (rows of one head: the last sees the
+ * most), i.e. min(Tk, ceil(seen / 128) 128) rows. */
+static uint64_t kv_rows_forward(const AttnProblem *p)
+{
+    uint64_t sum = 0;
+    for (int i0 = 0; i0 < p->Tq; i0 += FWD_ROWS) {
+        const int last = (int)min_u64((uint64_t)i0 + FWD_ROWS, (uint64_t)p->Tq) - 1;
+        const uint64_t seen = (uint64_t)test_keys_seen(p, last);
+        sum += min_u64((uint64_t)p->Tk, (seen + FWD_KEYS - 1) / FWD_KEYS * FWD_KEYS);
+    }
+    return sum;
+}
+
+/* Query rows one query head streams past the backward's key tiles: for each key tile of `keys`
+ * from j0, the rows of every query tile of 64 whose last row sees key j0. With `per_adder`, each
+ * such row counts once per 64 keys of the tile (ceil(tile keys / 64): the wgmma kernel's consumer
+ * warpgroups that hold keys), which is how often those rows of dq are read-modified-written. */
+static uint64_t q_rows_backward(const AttnProblem *p, int keys, int per_adder)
+{
+    uint64_t sum = 0;
+    for (int j0 = 0; j0 < p->Tk; j0 += keys) {
+        const uint64_t n = min_u64((uint64_t)keys, (uint64_t)(p->Tk - j0));
+        const uint64_t times = per_adder ? (n + WG_KEYS - 1) / WG_KEYS : 1;
+        for (int i0 = 0; i0 < p->Tq; i0 += BWD_ROWS) {
+            const uint64_t rows = min_u64(BWD_ROWS, (uint64_t)(p->Tq - i0));
+            if (test_keys_seen(p, i0 + (int)rows - 1) > j0)
+                sum += times * rows;
+        }
+    }
+    return sum;
+}
+
+/* N = B Hq query heads, N_kv = B Hkv kv heads, K_f = kv_rows_forward; S = the query rows streamed
+ * past the backward's key tiles and S_dq = the dq rows read-modified-written (q_rows_backward, per
+ * query head): the default backward (stage 12's kernel, 64-key tiles) has S = S_dq = q_rows(64);
+ * the wgmma variant (128-key tiles, dq added per 64 keys) S = q_rows(128), S_dq = q_rows(128, per
+ * adder). Bytes:
+ *   forward   read    = N (2 Tq d + 2 K_f (d + dv))       Q16 once, K16/V16 per visited tile
+ *             written = N 4 Tq (dv + 1)                   o, lse
+ *   backward  read    = N 6 Tq dv                          D: dO16 (2) and o (4)
+ *                     + N_kv 2 Tk (d + dv)                 K16_j, V16_j once per key tile
+ *                     + N S (2 (d + dv) + 8) + N S_dq 4 d  Q16_i, dO16_i, lse_i, D_i; dq_i read
+ *             written = N 4 Tq + N 4 Tq d                  D; dq = 0
+ *                     + N S_dq 4 d + N_kv 4 Tk (d + dv)    dq_i written; dK_j, dV_j once
+ *   workspace: 0 forward, 4 N Tq backward (D) */
+static HbmPassCounts model_with(const AttnProblem *p, uint64_t S, uint64_t Sdq)
+{
+    const uint64_t N = (uint64_t)p->B * p->Hq, Nkv = (uint64_t)p->B * p->Hkv;
+    const uint64_t Tq = p->Tq, Tk = p->Tk, d = p->d, dv = p->dv;
+    const uint64_t Kf = kv_rows_forward(p);
+    HbmPassCounts e;
+    e.fwd.read = N * (2 * Tq * d + 2 * Kf * (d + dv));
+    e.fwd.written = N * 4 * Tq * (dv + 1);
+    e.fwd.workspace = 0;
+    e.bwd.read = N * 6 * Tq * dv + Nkv * 2 * Tk * (d + dv) + N * S * (2 * (d + dv) + 8) + N * Sdq * 4 * d;
+    e.bwd.written = N * 4 * Tq + N * 4 * Tq * d + N * Sdq * 4 * d + Nkv * 4 * Tk * (d + dv);
+    e.bwd.workspace = N * 4 * Tq;
+    return e;
+}
+
+static HbmPassCounts model_tc(const AttnProblem *p, size_t M)
+{
+    (void)M;
+    const uint64_t S = q_rows_backward(p, BWD_KEYS, 0);
+    return model_with(p, S, S);
+}
+
+static HbmPassCounts model_wgmma(const AttnProblem *p, size_t M)
+{
+    (void)M;
+    return model_with(p, q_rows_backward(p, WGMMA_BWD_KEYS, 0), q_rows_backward(p, WGMMA_BWD_KEYS, 1));
+}
+
+static const HbmModelRow models[] = {
+    {DEVICE_CPU, "", model_tc, 0, 0, NULL},
+    {DEVICE_CUDA, "", model_tc, 0, 0, NULL},
+    {DEVICE_CUDA, "wgmma", model_wgmma, 0, 0, NULL},
+};
+enum { MODEL_COUNT = sizeof models / sizeof models[0] };
+
+/* K_f and S of this stage's walk, for the report. */
+static void walk(const AttnProblem *p, uint64_t *kf, uint64_t *s)
+{
+    *kf = kv_rows_forward(p);
+    *s = q_rows_backward(p, BWD_KEYS, 0);
+}
+
+static int check_shape(const StageImpl *impl, const HbmModelRow *row, int shape, size_t M)
+{
+    return tc_check_shape("14", walk, 1400u, impl, row, shape, M);
+}
+
+/* Stage 14's kernels exist only in a build for sm_90a and run only on compute capability 9.0:
+ * anywhere else the CUDA row is skipped (77), not failed. */
+static int hopper_unavailable(void)
+{
+    const StageImpl *impl = stage_find("14", DEVICE_CUDA, "");
+    if (!impl) {
+        printf("this build has no stage 14 CUDA kernels (no 90 in the CUDA architectures): skipped\n");
+        return 1;
+    }
+    const TestShape tiny = {1, 1, 1, 1, 64, 64};
+    const TestFeatures feat = {1, 0};
+    TestProblem x;
+    if (test_problem_make_with(&x, &tiny, &feat, 1400u) != 0)
+        return 0; /* out of memory: let the checks below report it */
+    AttnTensors t = test_problem_tensors(&x);
+    RunCtx opts;
+    memset(&opts, 0, sizeof opts);
+    RunStats stats;
+    FlError err = {{0}};
+    const int rc = runner_run(impl, DIR_FWD, &x.p, &t, &opts, &stats, &err);
+    test_problem_free(&x);
+    if (rc == FL_NO_DEVICE)
+        printf("%s: skipped\n", err.msg);
+    return rc == FL_NO_DEVICE;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && !strcmp(argv[1], "cuda") && cuda_device_available() && hopper_unavailable())
+        return 77;
+    const HbmDriver drv = {"14", models, MODEL_COUNT, TC_SHAPE_COUNT, check_shape, NULL};
+    return hbm_driver_main(&drv, argc, argv);
+}
