@@ -19,6 +19,19 @@ const TcShape tc_shapes[TC_SHAPE_COUNT] = {
     {{1, 1, 1, 1, 64, 64}, 1, 1},      {{1, 8, 1, 129, 128, 128}, 2, 0},
 };
 
+static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+uint64_t tc_kv_rows_forward(const AttnProblem *p, int rows, int keys)
+{
+    uint64_t sum = 0;
+    for (int i0 = 0; i0 < p->Tq; i0 += rows) {
+        const int last = (int)min_u64((uint64_t)i0 + (uint64_t)rows, (uint64_t)p->Tq) - 1;
+        const uint64_t seen = (uint64_t)test_keys_seen(p, last);
+        sum += min_u64((uint64_t)p->Tk, (seen + (uint64_t)keys - 1) / (uint64_t)keys * (uint64_t)keys);
+    }
+    return sum;
+}
+
 /* One row on one shape: 0 when both passes' counts equal the model and the outputs are within the
  * bf16 tolerance of the float64 reference. */
 int tc_check_shape(const char *stage, TcWalk walk, uint64_t seed_base, const StageImpl *impl,

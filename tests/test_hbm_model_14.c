@@ -29,19 +29,7 @@ static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 /* ---- docs/hbm_model.md, stage 14, written out again ---------------------------------------- */
 
-/* K/V rows one query head's forward blocks load: for each block of 128 rows, the key tiles of 128
- * up to the one holding the last key its last row sees (rows of one head: the last sees the
- * most), i.e. min(Tk, ceil(seen / 128) 128) rows. */
-static uint64_t kv_rows_forward(const AttnProblem *p)
-{
-    uint64_t sum = 0;
-    for (int i0 = 0; i0 < p->Tq; i0 += FWD_ROWS) {
-        const int last = (int)min_u64((uint64_t)i0 + FWD_ROWS, (uint64_t)p->Tq) - 1;
-        const uint64_t seen = (uint64_t)test_keys_seen(p, last);
-        sum += min_u64((uint64_t)p->Tk, (seen + FWD_KEYS - 1) / FWD_KEYS * FWD_KEYS);
-    }
-    return sum;
-}
+static uint64_t kv_rows_forward(const AttnProblem *p) { return tc_kv_rows_forward(p, FWD_ROWS, FWD_KEYS); }
 
 /* Query rows one query head streams past the backward's key tiles: for each key tile of `keys`
  * from j0, the rows of every query tile of 64 whose last row sees key j0. With `per_adder`, each

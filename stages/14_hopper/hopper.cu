@@ -760,9 +760,7 @@ template <int D>
 __device__ __forceinline__ void issue_transposed(float (&x)[TC_BWD_BLOCK_R / 8][4], const bf16 *rs, const bf16 *cs, int c)
 {
     using T = WgBwdTile<D>;
-#pragma unroll
-    for (int n = 0; n < T::NQ; n++)
-        x[n][0] = x[n][1] = x[n][2] = x[n][3] = 0.0f;
+    zero(x);
     wgmma_fence();
 #pragma unroll
     for (int k16 = 0; k16 < D / 16; k16++) { // columns 16 k16 ..: block k16 / 4, 32 (k16 % 4) bytes in
@@ -890,11 +888,8 @@ __device__ void consume_bwd(WgBwdSmem<D> &sm, const TcArgs &a, const QueryWalk &
     const int kc0 = kv0 + T::KEYS * c, keys = min(T::KEYS, a.Tk - kc0); // keys <= 0: none here
     const Keys w = {{kc0 + 16 * warp + g, kc0 + 16 * warp + g + 8}, warp, g, lane % 4};
     float dk[T::NO][4], dv[T::NO][4];
-#pragma unroll
-    for (int n = 0; n < T::NO; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            dk[n][e] = dv[n][e] = 0.0f;
+    zero(dk);
+    zero(dv);
 
     mbar_wait(&sm.kv_full, 0);
     for (int step = 0; step < walk.steps; step++) {
