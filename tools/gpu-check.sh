@@ -8,10 +8,11 @@
 #   that support it, PyTorch SDPA on the same shapes in both directions, non-causal and causal
 #   (tools/sdpa_bench.py), a GQA decode step (stage 08 against stage 07 on K/V repeated to Hq heads,
 #   with the device copy bandwidth beside it), and last the summary tables: ours vs SDPA.
-#   Stage 12 (bf16, tensor cores) is left out of that float32 sweep: its own section benches it
-#   (fwd and fwd+bwd, non-causal and causal, T = 1024,4096,16384, d = 64,128, B = 4, H = 16) beside
-#   sdpa_bench.py --dtype bf16 (SDPA's FLASH_ATTENTION and CUDNN_ATTENTION backends) on the same
-#   shapes, and tools/tc_report.py prints the table with issue 13's acceptance rows (T = 4096).
+#   Stage 12 (bf16, tensor cores) is left out of that float32 sweep: its own section benches it,
+#   with stage 14 (every variant) where the build has sm_90a (fwd and fwd+bwd, non-causal and
+#   causal, T = 1024,4096,16384, d = 64,128, B = 4, H = 16) beside sdpa_bench.py --dtype bf16
+#   (SDPA's FLASH_ATTENTION and CUDNN_ATTENTION backends) on the same shapes, and tools/tc_report.py
+#   prints the table with the acceptance rows of issues 13 and 26 (T = 4096).
 #   ctest -L gpu and the sanitizer take stage 12 like any CUDA stage: both find the stages through
 #   `flashlab list` and the tests' gpu label.
 # Everything is written under $OUT (default ./gpu-out); the summary also goes to stdout.
@@ -132,9 +133,9 @@ fi
 
 # ---- benchmark: ours, then PyTorch SDPA on the same shapes -----------------------------------------
 bench_stages=${BENCH_STAGES:-$(echo "$cuda_stages" | paste -sd, -)}
-# stage 09 (MLA) has its own inputs and shapes, stage 12 computes in bf16: each has its section below,
-# not this float32 attention sweep
-attention_stages=$(echo "$bench_stages" | tr , '\n' | grep -vx -e 09 -e 12 | paste -sd, -)
+# stage 09 (MLA) has its own inputs and shapes, stages 12 and 14 compute in bf16: each has its section
+# below, not this float32 attention sweep
+attention_stages=$(echo "$bench_stages" | tr , '\n' | grep -vx -e 09 -e 12 -e 14 | paste -sd, -)
 if [ "${SKIP_BENCH:-0}" != 1 ] && [ -n "$attention_stages" ]; then
   step "flashlab bench --device cuda --stages $attention_stages --d 64,128 --reps $REPS $BENCH_ARGS (fwd, then fwd+bwd)"
   # shellcheck disable=SC2086
@@ -231,7 +232,7 @@ if [ -s "$OUT/bench.json" ] && [ -s "$OUT/sdpa_fwd.json" ]; then
   python3 tools/sdpa_bench.py --compare "$OUT/bench.json" "${sdpa_files[@]}" | tee "$OUT/summary.txt"
 fi
 
-# ---- tensor cores: stage 12 in bf16 beside SDPA's FA2 and cuDNN backends, bf16 too ---------------
+# ---- tensor cores: stage 12 (and 14 on Hopper) in bf16 beside SDPA's FA2 and cuDNN backends -----
 if [ "${SKIP_TC:-0}" != 1 ] && in_list 12 "$bench_stages"; then
   if echo "$cuda_stages" | grep -qx 12; then
     TC_ARGS=${TC_ARGS:-}
@@ -244,14 +245,16 @@ if [ "${SKIP_TC:-0}" != 1 ] && in_list 12 "$bench_stages"; then
     rm -f "$OUT"/tc_bench_*.json "$OUT"/tc_sdpa_*.json # the report reads them all: none from an older run
     masks=("")
     [ "${SKIP_CAUSAL:-0}" != 1 ] && masks+=(--causal)
-    step "stage 12 (bf16, tensor cores): flashlab bench --stages 12 $tc_shape --reps $REPS${TC_ARGS:+ $TC_ARGS}, fwd and fwd+bwd${masks[1]:+, non-causal and causal}"
+    tc_stages=12 # and stage 14, every variant, where this build has it (sm_90a)
+    echo "$cuda_stages" | grep -qx 14 && tc_stages=12,14
+    step "stages $tc_stages (bf16, tensor cores): flashlab bench --stages $tc_stages $tc_shape --reps $REPS${TC_ARGS:+ $TC_ARGS}, fwd and fwd+bwd${masks[1]:+, non-causal and causal}"
     for mask in "${masks[@]}"; do
       for direction in fwd bwd; do
         name=${mask:+causal_}$direction
         # shellcheck disable=SC2086
-        "$FLASHLAB" bench --device cuda --stages 12 --direction $direction $mask $tc_shape --reps "$REPS" $TC_ARGS \
-          --json >"$OUT/tc_bench_$name.json"
-        record "stage 12 bench $name" $?
+        "$FLASHLAB" bench --device cuda --stages $tc_stages --direction $direction $mask $tc_shape --reps "$REPS" \
+          $TC_ARGS --json >"$OUT/tc_bench_$name.json"
+        record "stages $tc_stages bench $name" $?
       done
     done
     if [ "${SKIP_SDPA:-0}" != 1 ]; then

@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
-"""tc_report.py — the tensor-core table of tools/gpu-check.sh: stage 12 (bf16) beside PyTorch SDPA.
+"""tc_report.py — the tensor-core table of tools/gpu-check.sh: stages 12 and 14 (bf16) beside PyTorch SDPA.
 
-Reads `flashlab bench --device cuda --stages 12 --json` files and `tools/sdpa_bench.py --dtype bf16
---json` files, given one by one or as a gpu-check output folder (then its tc_bench_*.json and
-tc_sdpa_*.json). Prints one row per (direction, mask, B, H, T, d): stage 12's time and TFLOP/s,
-the TFLOP/s of SDPA's FLASH_ATTENTION (FA2) and CUDNN_ATTENTION (cuDNN) backends, and stage 12's
-ratio to each. TFLOP/s are the tools' own (docs/design.md: forward 4*B*H*T^2*d, halved when causal;
+Reads `flashlab bench --device cuda --stages 12,14 --json` files and `tools/sdpa_bench.py --dtype
+bf16 --json` files, given one by one or as a gpu-check output folder (then its tc_bench_*.json and
+tc_sdpa_*.json). Prints one row per (direction, mask, B, H, T, d) and stage variant: its time and
+TFLOP/s, the TFLOP/s of SDPA's FLASH_ATTENTION (FA2) and CUDNN_ATTENTION (cuDNN) backends, and the
+stage's ratio to each. TFLOP/s are the tools' own (docs/design.md: forward 4*B*H*T^2*d, halved when causal;
 forward + backward 3.5x forward); a pair whose FLOP counts disagree is flagged, not hidden. A
 backend that skipped a shape, or a stage 12 row that failed, shows why below the table, never a
 number.
 
-Rows at T = 4096 carry the acceptance of issue 13: the forward at least 0.6x FA2, forward +
-backward at least 0.5x FA2 (both d), judged on stage 12's default variant. The causal rows are
-judged too, and summed up per mask, since the issue does not name one.
+Rows at T = 4096 carry the acceptance of the stage's issue, judged on every variant of the stage
+(both d, non-causal and causal, summed up per mask): stage 12 (issue 13) the forward at least 0.6x
+FA2 and forward + backward at least 0.5x FA2; stage 14 (issue 26) the forward at least 1.2x FA2
+(and at d = 128 at least 0.8x cuDNN) and forward + backward at least 1.0x FA2.
 
   python3 tools/tc_report.py gpu-out
   python3 tools/tc_report.py tc_bench_fwd.json tc_sdpa_fwd.json [more.json ...] [--strict]
@@ -26,10 +27,13 @@ import json
 import os
 import sys
 
-STAGE = "12"
 ACCEPT_T = 4096
-ACCEPT = {"fwd": 0.6, "bwd": 0.5}  # stage 12 / FA2 at T = ACCEPT_T, per direction
 ACCEPT_D = (64, 128)
+# per stage and direction: (least ratio to FA2, least ratio to cuDNN at d = 128 or None), at T = ACCEPT_T
+ACCEPT = {"12": {"fwd": (0.6, None), "bwd": (0.5, None)},
+          "14": {"fwd": (1.2, 0.8), "bwd": (1.0, None)}}
+ISSUE = {"12": 13, "14": 26}
+STAGES = tuple(ACCEPT)
 FA2, CUDNN = "FLASH_ATTENTION", "CUDNN_ATTENTION"
 DIRECTION_LABEL = {"fwd": "fwd", "bwd": "fwd+bwd"}
 
@@ -53,7 +57,7 @@ def input_files(paths):
 
 
 def load_rows(files):
-    """(stage 12 rows, bf16 SDPA rows, the SDPA device names) from the files; a file that is not a
+    """(stage 12 and 14 rows, bf16 SDPA rows, the SDPA device names) from the files; a file that is not a
     JSON array (a bench that failed before printing, 'no CUDA device') is reported and passed over."""
     ours, theirs, devices, others = [], [], set(), 0
     for path in files:
@@ -70,7 +74,7 @@ def load_rows(files):
             if not isinstance(r, dict):
                 continue
             if "stage" in r:  # flashlab bench
-                if r.get("stage") == STAGE and r.get("device") == "cuda" and not r.get("mla"):
+                if r.get("stage") in STAGES and r.get("device") == "cuda" and not r.get("mla"):
                     ours.append(r)
                 else:
                     others += 1
@@ -81,7 +85,7 @@ def load_rows(files):
                 else:
                     others += 1
     if others:
-        warn("left out %d rows that are not stage 12 on cuda or not bf16 SDPA" % others)
+        warn("left out %d rows that are not stage 12 or 14 on cuda or not bf16 SDPA" % others)
     return ours, theirs, devices
 
 
@@ -128,17 +132,24 @@ def fmt_ratio(x):
     return "%.2fx" % x if x is not None else "-"
 
 
-def verdict(direction, T, d, r12, fa2):
+def verdict(stage, direction, T, d, ours, fa2, cudnn):
     """None off the acceptance rows, else (met: True/False/None, text)."""
     if T != ACCEPT_T or d not in ACCEPT_D:
         return None
-    need = ACCEPT[direction]
-    if r12 is None:
-        return None, "cannot tell (no stage 12 number)"
-    if fa2 is None:
-        return None, "cannot tell (no FA2 number)"
-    x = r12 / fa2
-    return (x >= need), "%s (%.3fx, needs %.1fx)" % ("met" if x >= need else "NOT met", x, need)
+    need_fa2, need_cudnn = ACCEPT[stage][direction]
+    need_cudnn = need_cudnn if d == 128 else None
+    if ours is None:
+        return None, "cannot tell (no stage %s number)" % stage
+    if fa2 is None or (need_cudnn is not None and cudnn is None):
+        return None, "cannot tell (no %s number)" % ("FA2" if fa2 is None else "cuDNN")
+    x = ours / fa2
+    met = x >= need_fa2
+    text = "%.3fx FA2, needs %.1fx" % (x, need_fa2)
+    if need_cudnn is not None:
+        y = ours / cudnn
+        met = met and y >= need_cudnn
+        text += "; %.3fx cuDNN, needs %.1fx" % (y, need_cudnn)
+    return met, "%s (%s)" % ("met" if met else "NOT met", text)
 
 
 def report(ours, theirs, devices, out=sys.stdout):
@@ -152,16 +163,16 @@ def report(ours, theirs, devices, out=sys.stdout):
                   key=lambda k: (k[0] != "fwd", k[1], k[2], k[3], k[4], k[6], k[7]))
     device = ", ".join(sorted(devices)) if devices else "device unknown (no SDPA rows)"
     p = lambda *a: print(*a, file=out)
-    p("stage 12 (bf16, tensor cores) beside PyTorch SDPA in bf16, same run: %s" % device)
+    p("stages 12 and 14 (bf16, tensor cores) beside PyTorch SDPA in bf16, same run: %s" % device)
     p("TFLOP/s: forward 4*B*H*T^2*d / time, fwd+bwd 3.5x that, halved when causal; "
       "FA2 = SDPA FLASH_ATTENTION, cuDNN = SDPA CUDNN_ATTENTION")
-    head = "%-7s %-6s %3s %3s %6s %4s | %-6s %9s %8s | %8s %10s | %7s %8s | %s" % (
-        "dir", "mask", "B", "H", "T", "d", "stage", "12 ms", "12 TF/s", "FA2 TF/s", "cuDNN TF/s", "12/FA2", "12/cuDNN",
+    head = "%-7s %-6s %3s %3s %6s %4s | %-8s %9s %8s | %8s %10s | %7s %8s | %s" % (
+        "dir", "mask", "B", "H", "T", "d", "stage", "ms", "TF/s", "FA2 TF/s", "cuDNN TF/s", "/FA2", "/cuDNN",
         "acceptance (T = %d)" % ACCEPT_T)
     p(head)
     p("-" * len(head))
     notes = Notes()
-    verdicts = []  # (direction, causal, d, met: True / False / None = cannot tell, label)
+    verdicts = []  # (direction, causal, d, met: True / False / None = cannot tell, label, stage)
     for key in keys:
         direction, causal, B, Hq, Hkv, Tq, Tk, d = key
         T = Tk
@@ -173,8 +184,9 @@ def report(ours, theirs, devices, out=sys.stdout):
                                                Hq if Hq == Hkv else "%d/%d" % (Hq, Hkv),
                                                T if Tq == Tk else "%d/%d" % (Tq, Tk), d)
         mine = ours_by.get(key) or [None]
-        for r in sorted(mine, key=lambda x: x.get("variant", "") if x else ""):
-            label = STAGE if not r or not r.get("variant") else "%s %s" % (STAGE, r["variant"])
+        for r in sorted(mine, key=lambda x: (x.get("stage", ""), x.get("variant", "")) if x else ("", "")):
+            stage = r.get("stage", "") if r else ""
+            label = stage if not r or not r.get("variant") else "%s %s" % (stage, r["variant"])
             if r is None:
                 ms_cell, tf_cell, tf = "not run", "", None
             elif tflops_of_ours(r) is None:
@@ -189,40 +201,45 @@ def report(ours, theirs, devices, out=sys.stdout):
                 s = sdpa_by.get(key + (b,))
                 if r is not None and s is not None and r.get("flops") and s.get("flops") and \
                         abs(r["flops"] - s["flops"]) > 1e-9 * max(r["flops"], s["flops"]):
-                    flag = " FLOPs differ" + notes.add("%s: stage 12 counts %.6g FLOPs, SDPA %s %.6g" %
-                                                       (what, r["flops"], name, s["flops"]))
-            # judged: the default variant on self-attention shapes (what SDPA ran)
-            v = verdict(direction, T, d, tf, fa2_tf) if label == STAGE and Tq == Tk and Hq == Hkv else None
+                    flag = " FLOPs differ" + notes.add("%s: stage %s counts %.6g FLOPs, SDPA %s %.6g" %
+                                                       (what, stage, r["flops"], name, s["flops"]))
+            # judged: every variant, on self-attention shapes (what SDPA ran)
+            v = verdict(stage, direction, T, d, tf, fa2_tf, cd_tf) if stage and Tq == Tk and Hq == Hkv else None
             if v is not None:
-                verdicts.append((direction, causal, d, v[0], label))
-            p(("%s | %-6s %9s %8s | %8s %10s | %7s %8s | %s%s" % (
+                verdicts.append((direction, causal, d, v[0], label, stage))
+            p(("%s | %-8s %9s %8s | %8s %10s | %7s %8s | %s%s" % (
                 shape, label, ms_cell, tf_cell, fa2_cell, cd_cell, fmt_ratio(ratio(tf, fa2_tf)),
                 fmt_ratio(ratio(tf, cd_tf)), v[1] if v else "", flag)).rstrip())
     if notes.lines:
         p()
         for i, line in enumerate(notes.lines, 1):
             p("[%d] %s" % (i, line))
-    p()
-    p("acceptance (issue 13): at T = %d the forward >= %.1fx FA2 and fwd+bwd >= %.1fx FA2, d = %s" % (
-        ACCEPT_T, ACCEPT["fwd"], ACCEPT["bwd"], " and ".join(str(d) for d in ACCEPT_D)))
     all_met = True
-    for causal in (False, True):
-        mask = "causal" if causal else "non-causal"
-        mine = [v for v in verdicts if v[1] == causal]
-        missing = ["%s d=%d" % (DIRECTION_LABEL[dr], d) for dr in ("fwd", "bwd") for d in ACCEPT_D
-                   if not any(v[0] == dr and v[2] == d for v in mine)]
-        met = sum(1 for v in mine if v[3] is True)
-        bad = ["%s d=%d" % (DIRECTION_LABEL[v[0]], v[2]) for v in mine if v[3] is False]
-        unknown = ["%s d=%d" % (DIRECTION_LABEL[v[0]], v[2]) for v in mine if v[3] is None]
-        line = "  %-11s %d of %d rows met" % (mask + ":", met, len(mine))
-        if bad:
-            line += "; not met: " + ", ".join(bad)
-        if unknown:
-            line += "; cannot tell: " + ", ".join(unknown)
-        if missing:
-            line += "; no row for " + ", ".join(missing)
-        p(line)
-        all_met = all_met and not bad and not unknown and not missing
+    for label in sorted({v[4] for v in verdicts}):
+        stage = label.split()[0]
+        fwd, bwd = ACCEPT[stage]["fwd"], ACCEPT[stage]["bwd"]
+        p()
+        p("acceptance of stage %s (issue %d), judged on %s: at T = %d the forward >= %.1fx FA2%s and fwd+bwd "
+          ">= %.1fx FA2, d = %s" % (stage, ISSUE[stage], label, ACCEPT_T, fwd[0],
+                                    " (d = 128: >= %.1fx cuDNN)" % fwd[1] if fwd[1] else "", bwd[0],
+                                    " and ".join(str(d) for d in ACCEPT_D)))
+        for causal in (False, True):
+            mask = "causal" if causal else "non-causal"
+            mine = [v for v in verdicts if v[1] == causal and v[4] == label]
+            missing = ["%s d=%d" % (DIRECTION_LABEL[dr], d) for dr in ("fwd", "bwd") for d in ACCEPT_D
+                       if not any(v[0] == dr and v[2] == d for v in mine)]
+            met = sum(1 for v in mine if v[3] is True)
+            bad = ["%s d=%d" % (DIRECTION_LABEL[v[0]], v[2]) for v in mine if v[3] is False]
+            unknown = ["%s d=%d" % (DIRECTION_LABEL[v[0]], v[2]) for v in mine if v[3] is None]
+            line = "  %-11s %d of %d rows met" % (mask + ":", met, len(mine))
+            if bad:
+                line += "; not met: " + ", ".join(bad)
+            if unknown:
+                line += "; cannot tell: " + ", ".join(unknown)
+            if missing:
+                line += "; no row for " + ", ".join(missing)
+            p(line)
+            all_met = all_met and not bad and not unknown and not missing
     return all_met
 
 
@@ -231,11 +248,11 @@ def main(argv):
     ap.add_argument("inputs", nargs="+", metavar="PATH",
                     help="a gpu-check output folder (its tc_bench_*.json, tc_sdpa_*.json) or JSON files")
     ap.add_argument("--strict", action="store_true",
-                    help="exit 1 unless every acceptance row (both masks) is met")
+                    help="exit 1 unless every acceptance row (every stage variant, both masks) is met")
     args = ap.parse_args(argv[1:])
     ours, theirs, devices = load_rows(input_files(args.inputs))
     if not ours and not theirs:
-        warn("no stage 12 rows and no bf16 SDPA rows in %s" % ", ".join(args.inputs))
+        warn("no stage 12 or 14 rows and no bf16 SDPA rows in %s" % ", ".join(args.inputs))
         return 2
     all_met = report(ours, theirs, devices)
     return 1 if args.strict and not all_met else 0
