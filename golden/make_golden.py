@@ -161,11 +161,12 @@ def attention_backward(q, k, v, o, P, P_sink, do, scale):
 # ---------------------------------------------------------------------------------------------
 
 def case(name, seed, B=1, Hq=2, Hkv=None, Tq=16, Tk=None, d=32, dv=None, causal=False, window=0,
-         sink_tokens=0, sinks=False, bwd=True, scale=None, description=""):
+         sink_tokens=0, sinks=False, bwd=True, scale=None, bf16=False, description=""):
+    """One attention case. bf16=True draws inputs that bf16 holds exactly (see draw_inputs)."""
     return dict(name=name, seed=seed, B=B, Hq=Hq, Hkv=Hq if Hkv is None else Hkv, Tq=Tq,
                 Tk=Tq if Tk is None else Tk, d=d, dv=d if dv is None else dv,
                 causal=bool(causal or window > 0), window=window, sink_tokens=sink_tokens,
-                sinks=sinks, bwd=bwd, scale=scale, description=description)
+                sinks=sinks, bwd=bwd, scale=scale, bf16=bf16, description=description)
 
 
 CASES = [
@@ -281,6 +282,38 @@ CASES = [
          description="tensor cores: non-causal, Tq=45 > Tk=21, d=128, forward only"),
     case("tc_gqa2_b2_t1_d128_causal", 1207, B=2, Hq=4, Hkv=2, Tq=1, d=128, causal=True,
          description="tensor cores: GQA 2, B=2, causal, T=1, d=128"),
+    # --- bf16 window + sink tokens + learned sinks (stage 15): d = dv in {64, 128} --------------
+    # Inputs that bf16 holds exactly (bf16=True), so rounding them to bf16 changes nothing and the
+    # float64 reference is the exact answer to what a bf16 stage reads. Tiles of the stage-15
+    # kernels (stage 12's): 128 query rows forward, 64 backward, 64 keys.
+    case("tc_gptoss_g8_t160_w48_sinks", 1501, B=1, Hq=8, Hkv=1, Tq=160, d=64, window=48,
+         sinks=True, bf16=True,
+         description="tensor cores, gpt-oss-like: a group of 8 query heads per kv head (Hq=8, Hkv=1), d=64, causal sliding "
+                     "window W=48, learned sinks, T=160 (the second forward block skips key tile 0, "
+                     "the backward's key tile 0 skips the third query tile)"),
+    case("tc_mqa2_t257_w40_s4_sinks", 1502, B=1, Hq=2, Hkv=1, Tq=257, d=64, window=40,
+         sink_tokens=4, sinks=True, bf16=True,
+         description="tensor cores: MQA with 2 query heads, odd T=257, window W=40 + sink_tokens S=4 + learned "
+                     "sinks: the last forward block walks the sink tile, then jumps to the band"),
+    case("tc_mqa2_window_sinks_tq150_tk40", 1503, B=1, Hq=2, Hkv=1, Tq=150, Tk=40, d=64,
+         window=16, sink_tokens=2, sinks=True, bf16=True,
+         description="tensor cores: MQA with 2 query heads, W=16, S=2, learned sinks, Tq=150 > "
+                     "Tk=40: the first 110 rows of each head see no key (o=0, lse=sink)"),
+    case("tc_window_sinks_d128_tq50_tk200", 1504, B=1, Hq=2, Hkv=1, Tq=50, Tk=200, d=128,
+         window=16, sink_tokens=3, sinks=True, bf16=True,
+         description="tensor cores: d=128, W=16, S=3, learned sinks, Tq=50 < Tk=200: no row sees "
+                     "key tile 64..127 (the backward loads it not at all, dK = dV = 0)"),
+    case("tc_window_sinks_b2_t1", 1505, B=2, Hq=2, Hkv=1, Tq=1, d=64, window=3, sink_tokens=1,
+         sinks=True, bf16=True,
+         description="tensor cores: T=1 with a window, a sink token and learned sinks, B=2, MQA"),
+    case("tc_gqa2_window_gt_t_sinks", 1506, B=1, Hq=4, Hkv=2, Tq=70, d=64, window=100,
+         sinks=True, bf16=True,
+         description="tensor cores: window W=100 wider than T=70 (the causal mask) with learned "
+                     "sinks, GQA 2 (Hq=4, Hkv=2)"),
+    case("tc_window1_sink_tokens_t100", 1507, B=1, Hq=1, Tq=100, d=64, window=1, sink_tokens=2,
+         bf16=True,
+         description="tensor cores: window W=1 with sink_tokens S=2, no learned sinks: each row "
+                     "sees itself and the first two keys"),
     # --- the tour case (flashlab tour) ----------------------------------------------------------
     case("tour", 1, B=1, Hq=4, Tq=512, d=64,
          description="the tour: plain MHA, B=1, H=4, T=512, d=64, with dO"),
@@ -296,13 +329,23 @@ LARGE_CASES = [
 ]
 
 
+def bf16_round(x):
+    """float32 -> the nearest bfloat16 (ties to even), kept as float32: the top 16 bits of each
+    float32, rounded as common/bf16.h rounds (finite inputs only)."""
+    u = np.ascontiguousarray(x, dtype="<f4").view("<u4").astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.astype("<u4").view("<f4")
+
+
 def draw_inputs(c):
     """Inputs for one case, float32: q, k, v ~ N(0,1) (so scores ~ N(0,1) after the default
-    scale), dO ~ N(0,1), sink logits ~ U(-1, 2)."""
+    scale), dO ~ N(0,1), sink logits ~ U(-1, 2). A case with bf16=True rounds every input to bf16
+    (8 significant bits), so that a bf16 stage reads exactly the numbers the reference uses."""
     rng = np.random.default_rng(c["seed"])
 
     def f32(shape, draw):
-        return np.ascontiguousarray(draw(shape), dtype="<f4")
+        x = np.ascontiguousarray(draw(shape), dtype="<f4")
+        return bf16_round(x) if c.get("bf16") else x
 
     inputs = {
         "q": f32((c["B"], c["Hq"], c["Tq"], c["d"]), rng.standard_normal),
@@ -742,6 +785,8 @@ def features(c):
         f.append("sinks")
     if c["scale"] is not None:
         f.append(f"scale={c['scale']}")
+    if c.get("bf16"):
+        f.append("bf16-exact inputs")
     return ", ".join(f) or "plain"
 
 

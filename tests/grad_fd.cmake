@@ -53,3 +53,7 @@ if(FLASHLAB_HAVE_CUDA)
                        stage10_swa_sinks_gradfd_cuda_deterministic
                        PROPERTIES LABELS "stage10;gpu" SKIP_RETURN_CODE 77)
 endif()
+# Stage 15 (bf16 window + sinks): its learned sinks' gradient against central differences of its
+# own forward, on bf16-exact inputs (the header of test_grad_fd.c says why only the sinks).
+add_test(NAME stage15_tc_window_sinks_gradfd_cpu COMMAND test_grad_fd 15 cpu)
+set_tests_properties(stage15_tc_window_sinks_gradfd_cpu PROPERTIES LABELS "stage15;cpu")

@@ -58,6 +58,31 @@
  * of dsinks too: dsinks[h] sums P_sink D over the B Tq rows of head h, so with sinks
  * κ_g = sqrt(d + dv + max(R, B Tq) + Tk) (without sinks it is unchanged).
  *
+ * bf16 stages (stage 15, PRECISION_BF16 with learned sinks): the forward rounds its inputs and P to
+ * bf16, so as a function of q, k and v it is a staircase, and central differences of it are not
+ * its derivative (a step of ε = 1e-2 moves P by about one bf16 spacing, 2^-7 relative); its dq, dk
+ * and dv are held to the float64 reference by the golden cases and the HBM-model test instead.
+ * The learned sinks are different: they are float32 logits that join each row's softmax only after
+ * its band walk (o = O / (l + exp(s_h - m)) in the natural base, with O, l, m the walk's, which
+ * do not depend on s_h), so the forward is a smooth float32 function of them and
+ *   dL/ds_h = -Σ_(b,i) exp(s_h - lse) <dO, o>   exactly for the o the stage computed.
+ * That is the stage's dsinks when D = rowsum(dO16 ∘ o) uses the same dO as L, so the inputs q, k,
+ * v and dO are drawn bf16-exact here (rounded before use: the runner's bf16 copies are then the
+ * same numbers). Only the direction on the sinks is checked. E_trunc and E_grad are as above. E_round
+ * is narrower: the band walk (S, P and its bf16 rounding, O, l, m) does not read the sinks, so it is
+ * bit for bit the same at s ± εδ and its roundoff cancels in the difference. What differs is each
+ * row's join of the sink and its division, o = exp2(m - m') O / l', a per-row factor with a relative
+ * error of at most κ_s u, κ_s = 6 + 2 log2(e) max(|lse|, |s|): six roundings (the base-2 logit, two
+ * exp2, a product, a sum, the quotient), and two exp2 of arguments of size up to that max, rounded
+ * once each. So L = Σ_i <dO_i, o_i> moves by Σ_i D_i e_i with |e_i| <= κ_s u at each point, and
+ * as a random walk over the rows and the two points,
+ *   E_round(sinks) = c u κ_s sqrt(Σ_i D_i²) / ε,   c = 8 (D_i = <dO_i, o_i> at the unperturbed inputs)
+ * (the float32 E_round above counts the whole forward's roundoff: 1.5 to 6 times larger on these
+ * shapes). On every shape but the first a wrong sign of dsinks, or half of it, is off by 8 to 4000
+ * tolerances (measured with each planted in reference.c); the
+ * first one's directional derivative happens to nearly cancel (|g| ~ 1e-3 G). The shapes are bf16 ones
+ * (d = dv in {64, 128}) with windows, sink tokens, GQA and rows that see no key.
+ *
  * Usage: test_grad_fd STAGE cpu|cuda [VARIANT]   e.g. test_grad_fd 06 cpu naive
  * Exit: 0 all checks pass; 1 a check failed or the stage/variant does not exist; 2 bad usage;
  * 3 the implementation has no backward pass; 77 cuda without a CUDA device. */
@@ -68,6 +93,7 @@
 #include <string.h>
 
 #include "attn.h"
+#include "bf16.h"
 #include "random.h"
 #include "runner.h"
 #include "test_support.h"
@@ -132,6 +158,17 @@ static const SwaFdShape swa_shapes[] = {
     {{{{1, 1, 150, 150, 64, 64}, 0.0f}, 1}, 16, 4},
 };
 enum { SWA_SHAPE_COUNT = sizeof swa_shapes / sizeof swa_shapes[0] };
+
+/* Run instead of all of the above by a bf16 implementation (head dims 64 and 128), with learned
+ * sinks: gpt-oss-like group 8 with W = 48 over T = 160 (tiles skipped both ways); MQA 2 with
+ * Tq = 150 > Tk = 40, W = 16, S = 2 (110 rows of each head see no key: lse = s_h, D = 0); d = 128,
+ * B = 2, Tq = 50 < Tk = 200, W = 16, S = 3; T = 1; GQA 2 with W = 100 > T = 70 (causal). */
+static const SwaFdShape bf16_shapes[] = {
+    {{{{1, 8, 160, 160, 64, 64}, 0.0f}, 1}, 48, 0},  {{{{1, 2, 150, 40, 64, 64}, 0.0f}, 1}, 16, 2},
+    {{{{2, 2, 50, 200, 128, 128}, 0.0f}, 1}, 16, 3}, {{{{1, 2, 1, 1, 64, 64}, 0.0f}, 1}, 3, 1},
+    {{{{1, 4, 70, 70, 64, 64}, 0.0f}, 2}, 100, 0},
+};
+enum { BF16_SHAPE_COUNT = sizeof bf16_shapes / sizeof bf16_shapes[0] };
 
 static const double EPS = 1e-2;
 static const double U = 5.9604644775390625e-08; /* 2^-24, float32 unit roundoff */
@@ -225,6 +262,26 @@ static double roundoff_f(const AttnProblem *p, double eps)
     return 8.0 * U * kappa_f * dout_norm_seen(p) * rms(p->v, nv) / eps;
 }
 
+/* E_round of the sinks direction of a bf16 stage (see the header): c u κ_s sqrt(Σ_i D_i²) / ε, with
+ * o and lse of the unperturbed forward (the backward run of fd_setup left them in x). */
+static double roundoff_sinks(const Fd *f, double eps)
+{
+    const AttnProblem *p = &f->x.p;
+    const size_t rows = (size_t)p->B * p->Hq * p->Tq, dv = p->dv;
+    double sum_d2 = 0.0, big = 0.0;
+    for (size_t i = 0; i < rows; i++) {
+        double D = 0.0;
+        for (size_t c = 0; c < dv; c++)
+            D += (double)p->dout[i * dv + c] * f->x.o[i * dv + c];
+        sum_d2 += D * D;
+        big = fmax(big, fabs((double)f->x.lse[i]));
+    }
+    for (int h = 0; h < p->Hq; h++)
+        big = fmax(big, fabs((double)p->sinks[h]));
+    const double kappa_s = 6.0 + 2.0 * 1.4426950408889634 * big;
+    return 8.0 * U * kappa_s * sqrt(sum_d2) / eps;
+}
+
 /* One check: δ ~ N(0, 1) on the inputs in[0..count), g_fd against g_an. 0 when it passes. */
 static int check_direction(Fd *f, const Input *in, int count, const char *label, Rng *rng)
 {
@@ -245,6 +302,9 @@ static int check_direction(Fd *f, const Input *in, int count, const char *label,
         fprintf(stderr, "out of memory\n");
         goto done;
     }
+    /* before the differences overwrite o and lse */
+    const int bf16 = f->impl->precision == PRECISION_BF16;
+    const double e_round = bf16 ? roundoff_sinks(f, EPS) : roundoff_f(&f->x.p, EPS);
     const double g_fd2 = fd_derivative(f, in, count, x0, delta, NULL, 2 * EPS);
     const double g_fd = fd_derivative(f, in, count, x0, delta, dir, EPS);
     double g_an = 0.0, G = 0.0;
@@ -254,7 +314,6 @@ static int check_direction(Fd *f, const Input *in, int count, const char *label,
             G += fabs((double)in[a].grad[i] * dir[a][i]);
         }
     const AttnProblem *p = &f->x.p;
-    const double e_round = roundoff_f(p, EPS);
     const double e_trunc = fabs(g_fd2 - g_fd) / 3.0;
     double R = (double)(p->Hq / p->Hkv) * p->Tq; /* rows summed into one dK/dV row */
     if (p->sinks && (double)p->B * p->Tq > R)     /* rows summed into one dsinks element */
@@ -273,6 +332,13 @@ done:
     return failed;
 }
 
+/* Rounds n floats to bf16 in place: inputs a bf16 stage reads exactly. */
+static void round_to_bf16(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = bf16_round(x[i]);
+}
+
 /* The problem of one shape (hkv kv heads, 0: Hkv = H; causal: with the mask on): inputs, dO,
  * sinks when supported; then one backward run. */
 static int fd_setup(Fd *f, const FdShape *sh, int hkv, int causal, const TestSwa *swa,
@@ -286,6 +352,13 @@ static int fd_setup(Fd *f, const FdShape *sh, int hkv, int causal, const TestSwa
     }
     if (sh->scale > 0.0f)
         f->x.p.scale = sh->scale;
+    if (f->impl->precision == PRECISION_BF16) { /* bf16-exact q, k, v, dO (see the header) */
+        const AttnProblem *p = &f->x.p;
+        round_to_bf16(f->x.q, (size_t)p->B * p->Hq * p->Tq * p->d);
+        round_to_bf16(f->x.k, (size_t)p->B * p->Hkv * p->Tk * p->d);
+        round_to_bf16(f->x.v, (size_t)p->B * p->Hkv * p->Tk * p->dv);
+        round_to_bf16(f->x.dout, (size_t)p->B * p->Hq * p->Tq * p->dv);
+    }
     if (f->impl->features & FEAT_SINKS) {
         Rng rng;
         rng_seed(&rng, seed + 2);
@@ -341,11 +414,38 @@ static int check_shape(const StageImpl *impl, const FdShape *sh, int hkv, int ca
     Rng rng;
     rng_seed(&rng, seed + 3);
     int failures = 0;
+    if (impl->precision == PRECISION_BF16) { /* the sinks alone (see the header) */
+        failures += check_direction(&f, &in[3], 1, in[3].name, &rng);
+        fd_free(&f);
+        return failures;
+    }
     for (int a = 0; a < count; a++)
         failures += check_direction(&f, &in[a], 1, in[a].name, &rng);
     failures += check_direction(&f, in, count, "all", &rng);
     fd_free(&f);
     return failures;
+}
+
+/* A bf16 implementation: the sinks direction on the bf16 shapes (see the header). It must have
+ * learned sinks and the window of those shapes; otherwise there is nothing to check here. */
+static int check_bf16(const StageImpl *impl)
+{
+    const unsigned need = FEAT_SINKS | FEAT_WINDOW | FEAT_SINK_TOKENS | FEAT_GQA;
+    if ((impl->features & need) != need) {
+        fprintf(stderr, "stage %s (%s) computes in bf16: only its learned sinks' gradient is checked by "
+                        "differences, and it has no learned sinks (or no window, sink tokens, GQA)\n",
+                impl->stage, impl->name);
+        return 1;
+    }
+    printf("bf16: bf16-exact q, k, v, dO; the direction on the learned sinks only\n");
+    int failures = 0;
+    for (int i = 0; i < BF16_SHAPE_COUNT; i++) {
+        const SwaFdShape *w = &bf16_shapes[i];
+        const TestSwa swa = {w->window, w->sink_tokens, 0};
+        failures += check_shape(impl, &w->g.sh, w->g.Hkv, 1, &swa, i);
+    }
+    printf("%d check(s) failed\n", failures);
+    return failures ? 1 : 0;
 }
 
 int main(int argc, char **argv)
@@ -378,6 +478,8 @@ int main(int argc, char **argv)
            impl->features & FEAT_CAUSAL ? ", causal mask on" : "",
            impl->features & FEAT_GQA ? ", GQA shapes too" : "",
            impl->features & FEAT_WINDOW ? ", window/sink-token shapes too" : "");
+    if (impl->precision == PRECISION_BF16)
+        return check_bf16(impl);
     /* an implementation with the causal mask is checked with it on, on its own shapes too */
     const int causal = (impl->features & FEAT_CAUSAL) != 0;
     int failures = 0;
