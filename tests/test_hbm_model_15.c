@@ -6,9 +6,8 @@
  * window reaches past every key (W >= Tk, no sink tokens, no sinks) the counters are stage 12's
  * causal counters, which is run on it too.
  *
- * Usage: test_hbm_model_15 cpu. Only the CPU reference exists so far: its counts are the contract
- * the kernels will be held to, and their `cuda` row joins the table below when they exist
- * (tests/hbm_model_15.cmake registers the cpu test only until then).
+ * Usage: test_hbm_model_15 cpu|cuda (cuda: the kernels, skipped with 77 without a device). Both
+ * devices are held to the same closed form.
  *
  * Tiles (stage 12's, stages/15_tc_window_sinks/tiles.h): 128 query rows per forward block, 64 per
  * backward query tile, 64 keys per tile, rows of one query head. Which tiles are visited is
@@ -133,6 +132,7 @@ static HbmPassCounts model_tc_swa(const AttnProblem *p, size_t M)
 
 static const HbmModelRow models[] = {
     {DEVICE_CPU, "", model_tc_swa, 0, 0, NULL},
+    {DEVICE_CUDA, "", model_tc_swa, 0, 0, NULL},
 };
 enum { MODEL_COUNT = sizeof models / sizeof models[0] };
 
