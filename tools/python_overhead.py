@@ -9,7 +9,9 @@ slows them alike:
           the library's lookup, its poisoned buffers, the run and the copy out);
   numpy   flashlab.forward(q, k, v, stage=...) on float32 NumPy arrays;
   torch   flashlab.torch.attention(q, k, v, stage=...) on float32 CPU tensors, under
-          torch.no_grad() and with q requiring grad (the autograd path); only where torch imports.
+          torch.no_grad() and with q requiring grad (the autograd path); only where torch imports;
+  empty   an operator registered like flashlab::attention whose body only allocates its outputs:
+          what torch.library's dispatch and autograd wrapping cost by themselves.
 
 Each way runs ROUNDS rounds of CALLS calls; the report is the median over rounds of the mean time
 per call, and the overhead of a way is its median minus bare's.
@@ -74,7 +76,31 @@ def ways(stage, q, k, v):
             fltorch.attention(tq, tk, tv, stage=stage)
     found["torch no_grad"] = torch_no_grad
     found["torch grad"] = lambda: fltorch.attention(tq_grad, tk, tv, stage=stage)
+    found.update(empty_op_ways(torch, tq, tk, tv, tq_grad))
     return found
+
+
+def empty_op_ways(torch, tq, tk, tv, tq_grad):
+    """torch's own share: an operator with flashlab::attention's signature, fake function and
+    autograd registration whose body only allocates its outputs (no library call, no checks)."""
+    from typing import Optional, Tuple
+    Tensor = torch.Tensor
+
+    @torch.library.custom_op("flashlab_overhead::empty_attention", mutates_args=())
+    def empty(q: Tensor, k: Tensor, v: Tensor, sinks: Optional[Tensor], stage: str, variant: str, causal: bool,
+              window: int, sink_tokens: int, scale: Optional[float]) -> Tuple[Tensor, Tensor]:
+        return q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3])), q.new_empty(q.shape[:3])
+
+    def setup(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:4], *output)
+
+    empty.register_autograd(lambda ctx, do, dlse: (None,) * 10, setup_context=setup)
+
+    def empty_no_grad():
+        with torch.no_grad():
+            empty(tq, tk, tv, None, "05", "", False, 0, 0, None)
+    return {"empty op no_grad": empty_no_grad,
+            "empty op grad": lambda: empty(tq_grad, tk, tv, None, "05", "", False, 0, 0, None)}
 
 
 def main():
