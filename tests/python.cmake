@@ -1,5 +1,10 @@
-# libflashlab from Python (python/flashlab, docs/python.md): every CPU stage through the library's
-# public interface against the golden files. Label "python"; skipped (77) without numpy.
+# libflashlab from Python (python/flashlab, docs/python.md), label "python".
+#  python_numpy_golden  every CPU stage through the library's public interface against the golden
+#                       files; skipped (77) without numpy.
+#  python_torch_cpu     flashlab.torch.attention: gradients against torch's SDPA in float64, the
+#                       operator's registration, torch.compile; skipped (77) without torch.
+# The torch test runs under FLASHLAB_TORCH_PYTHON when it is set (a virtual environment holding
+# torch, say), else under the first of python3 on PATH and /usr/bin/python3 that imports torch.
 if(TARGET flashlab_shared)
   if(FLASHLAB_PYTHON_NUMPY)
     add_test(NAME python_numpy_golden
@@ -9,4 +14,22 @@ if(TARGET flashlab_shared)
     add_test(NAME python_numpy_golden COMMAND sh -c "echo 'python_numpy_golden: no python3 with numpy'; exit 77")
   endif()
   set_tests_properties(python_numpy_golden PROPERTIES LABELS "python;cpu" SKIP_RETURN_CODE 77)
+
+  set(FLASHLAB_TORCH_PYTHON "" CACHE FILEPATH
+      "python3 with numpy and torch for the test python_torch_cpu (empty: found on PATH or /usr/bin)")
+  if(FLASHLAB_TORCH_PYTHON)
+    set(torch_python ${FLASHLAB_TORCH_PYTHON})
+  else()
+    flashlab_python_with(torch_python "numpy, torch")
+  endif()
+  if(torch_python)
+    message(STATUS "flashlab: python_torch_cpu runs under ${torch_python}")
+    add_test(NAME python_torch_cpu
+             COMMAND ${torch_python} ${PROJECT_SOURCE_DIR}/tests/python/test_torch.py $<TARGET_FILE:flashlab_shared>)
+  else()
+    message(STATUS "flashlab: no python3 with numpy and torch (set FLASHLAB_TORCH_PYTHON): python_torch_cpu skips")
+    add_test(NAME python_torch_cpu COMMAND sh -c
+             "echo 'python_torch_cpu: no python3 with numpy and torch (set FLASHLAB_TORCH_PYTHON)'; exit 77")
+  endif()
+  set_tests_properties(python_torch_cpu PROPERTIES LABELS "python;cpu" SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()

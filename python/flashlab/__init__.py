@@ -18,6 +18,7 @@ as new NumPy float32 arrays; a CUDA stage gets them copied to the GPU and back b
 """
 
 import ctypes
+import functools
 import math
 import os
 from ctypes import POINTER, Structure, c_char_p, c_float, c_int, c_size_t, c_uint64, c_void_p
@@ -154,14 +155,73 @@ def api_version():
 
 
 # ---------------------------------------------------------------------------------------------
-# Argument checks: every shape is checked here, with one message naming the argument.
+# Argument checks. A call is checked in three parts, each remembered by its arguments so that a
+# loop calling the same shapes and options pays for the checks once: the shapes (_dims), the
+# options (_options) and the names (_names). The arrays themselves only need converting (a no-op
+# for C-contiguous float32) and their addresses.
+
+_F32 = np.dtype(np.float32)
+_PROBLEM_SIZE = ctypes.sizeof(_Problem)
+_COUNTERS_SIZE = ctypes.sizeof(_Counters)
+_CounterWords = c_uint64 * (1 + len(_COUNTER_NAMES))  # _Counters seen as its 7 words
+_NoBytes = ctypes.c_char * 0                           # a zero-length view, only for its address
+
 
 def _f32(x):
-    return np.ascontiguousarray(x, dtype=np.float32)
+    return np.ascontiguousarray(x, dtype=_F32)
 
 
-def _ptr(a):
-    return None if a is None else a.ctypes.data
+def _addr(a):
+    """The address of a C-contiguous array's first element (None for None).
+
+    A zero-length ctypes view of the buffer gives it in about a third of the time of
+    a.ctypes.data; a read-only array (which from_buffer refuses) takes the slower way.
+    """
+    if a is None:
+        return None
+    try:
+        return ctypes.addressof(_NoBytes.from_buffer(a))
+    except (TypeError, ValueError):
+        return a.ctypes.data
+
+
+def _remembered(check):
+    """check, remembering its answers by argument (typed, so True and 1 stay apart).
+
+    Arguments that cannot be hashed (a 0-d array as scale) are checked every time.
+    """
+    cached = functools.lru_cache(maxsize=256, typed=True)(check)
+
+    def checked(*args):
+        try:
+            return cached(*args)
+        except TypeError as e:
+            if "unhashable" not in str(e):
+                raise
+            return check(*args)
+    checked.__doc__ = check.__doc__
+    return checked
+
+
+@_remembered
+def _dims(q_shape, k_shape, v_shape, sinks_shape):
+    """(B, Hq, Hkv, Tq, Tk, d, dv) from the four shapes (sinks_shape None without sinks), or a
+    ValueError naming the argument whose shape is wrong."""
+    q_shape, k_shape, v_shape = tuple(q_shape), tuple(k_shape), tuple(v_shape)
+    if len(q_shape) != 4 or 0 in q_shape:
+        raise ValueError(f"q must be (B, Hq, Tq, d) with every size > 0; got {q_shape}")
+    B, Hq, Tq, d = q_shape
+    if (len(k_shape) != 4 or k_shape[0] != B or k_shape[3] != d or k_shape[1] == 0 or k_shape[2] == 0
+            or Hq % k_shape[1] != 0):
+        raise ValueError(f"k must be (B, Hkv, Tk, d) = ({B}, Hkv, Tk, {d}) with Hq % Hkv == 0 "
+                         f"(Hq = {Hq}); got {k_shape}")
+    Hkv, Tk = k_shape[1], k_shape[2]
+    if len(v_shape) != 4 or v_shape[:3] != (B, Hkv, Tk) or v_shape[3] == 0:
+        raise ValueError(f"v must be (B, Hkv, Tk, dv) = ({B}, {Hkv}, {Tk}, dv) with dv > 0; "
+                         f"got {v_shape}")
+    if sinks_shape is not None and tuple(sinks_shape) != (Hq,):
+        raise ValueError(f"sinks must be (Hq,) = ({Hq},); got {tuple(sinks_shape)}")
+    return (int(B), int(Hq), int(Hkv), int(Tq), int(Tk), int(d), int(v_shape[3]))
 
 
 def _int_arg(name, value):
@@ -170,35 +230,26 @@ def _int_arg(name, value):
     return int(value)
 
 
-def _problem(q, k, v, sinks, causal, window, sink_tokens, scale):
-    """Converts and checks the inputs; returns (problem struct, arrays to keep alive)."""
-    q, k, v = _f32(q), _f32(k), _f32(v)
-    if q.ndim != 4 or 0 in q.shape:
-        raise ValueError(f"q must be (B, Hq, Tq, d) with every size > 0; got {q.shape}")
-    B, Hq, Tq, d = q.shape
-    if (k.ndim != 4 or k.shape[0] != B or k.shape[3] != d or k.shape[1] == 0 or k.shape[2] == 0
-            or Hq % k.shape[1] != 0):
-        raise ValueError(f"k must be (B, Hkv, Tk, d) = ({B}, Hkv, Tk, {d}) with Hq % Hkv == 0 "
-                         f"(Hq = {Hq}); got {k.shape}")
-    Hkv, Tk = k.shape[1], k.shape[2]
-    if v.ndim != 4 or v.shape[:3] != (B, Hkv, Tk) or v.shape[3] == 0:
-        raise ValueError(f"v must be (B, Hkv, Tk, dv) = ({B}, {Hkv}, {Tk}, dv) with dv > 0; "
-                         f"got {v.shape}")
-    dv = v.shape[3]
-    if sinks is not None:
-        sinks = _f32(sinks)
-        if sinks.shape != (Hq,):
-            raise ValueError(f"sinks must be (Hq,) = ({Hq},); got {sinks.shape}")
+@_remembered
+def _options(causal, window, sink_tokens, scale):
+    """(scale, causal, window, sink_tokens) as the problem struct holds them, scale None -> 0
+    (the library's 1 / sqrt(d)); or a ValueError."""
     if scale is None:
-        scale = 0.0  # the library's default, 1 / sqrt(d)
+        scale = 0.0
     scale = float(scale)
     if scale != 0.0 and not (math.isfinite(scale) and scale > 0.0):
         raise ValueError(f"scale must be finite and > 0 (or None for 1/sqrt(d)); got {scale}")
-    p = _Problem(struct_size=ctypes.sizeof(_Problem), B=B, Hq=Hq, Hkv=Hkv, Tq=Tq, Tk=Tk, d=d, dv=dv,
-                 scale=scale, causal=1 if causal else 0, window=_int_arg("window", window),
-                 sink_tokens=_int_arg("sink_tokens", sink_tokens),
-                 q=_ptr(q), k=_ptr(k), v=_ptr(v), sinks=_ptr(sinks))
-    return p, (q, k, v, sinks)
+    return (scale, 1 if causal else 0, _int_arg("window", window), _int_arg("sink_tokens", sink_tokens))
+
+
+@_remembered
+def _names(stage, variant, device):
+    return str(stage).encode(), (variant or "").encode(), str(device).encode()
+
+
+def _problem(dims, options, q, k, v, sinks):
+    """The flashlab_problem struct for checked dims and options and the inputs' addresses."""
+    return _Problem(_PROBLEM_SIZE, *dims, *options, q, k, v, sinks)
 
 
 def _check(lib, status):
@@ -207,12 +258,56 @@ def _check(lib, status):
         raise _ERROR_CLASS.get(status, FlashlabError)(status, message)
 
 
-def _names(stage, variant, device):
-    return str(stage).encode(), (variant or "").encode(), str(device).encode()
+def _new_counters(wanted):
+    return _Counters(_COUNTERS_SIZE) if wanted else None
 
 
 def _counters_dict(c):
-    return {name: int(getattr(c, name)) for name in _COUNTER_NAMES}
+    return dict(zip(_COUNTER_NAMES, _CounterWords.from_buffer(c)[1:]))
+
+
+# ---------------------------------------------------------------------------------------------
+# The calls on addresses: shared by the NumPy entry points below and by flashlab.torch, which
+# hands over tensors' data pointers. Each returns the counters dict (or None when not wanted).
+
+def _forward_at(names, dims, options, q, k, v, sinks, o, lse, counters=True):
+    """flashlab_forward on host float32 buffers at the given addresses (o and lse written)."""
+    lib = load_library()
+    p = _problem(dims, options, q, k, v, sinks)
+    c = _new_counters(counters)
+    _check(lib, lib.flashlab_forward(*names, ctypes.byref(p), o, lse, c if c is None else ctypes.byref(c)))
+    return None if c is None else _counters_dict(c)
+
+
+def _backward_at(names, dims, options, q, k, v, sinks, do, o, lse, dq, dk, dv, dsinks, counters=True):
+    """flashlab_backward on host float32 buffers at the given addresses (every output written)."""
+    lib = load_library()
+    p = _problem(dims, options, q, k, v, sinks)
+    c = _new_counters(counters)
+    _check(lib, lib.flashlab_backward(*names, ctypes.byref(p), do, o, lse, dq, dk, dv, dsinks,
+                                      c if c is None else ctypes.byref(c)))
+    return None if c is None else _counters_dict(c)
+
+
+def _outputs(shapes):
+    """New float32 arrays of the given shapes, carved from one allocation; with the address of
+    each."""
+    sizes = [math.prod(s) for s in shapes]
+    buf = np.empty(sum(sizes), dtype=_F32)
+    base = _addr(buf)
+    arrays, addrs, at = [], [], 0
+    for shape, size in zip(shapes, sizes):
+        arrays.append(buf[at:at + size].reshape(shape))
+        addrs.append(base + 4 * at)
+        at += size
+    return arrays, addrs
+
+
+def _inputs(q, k, v, sinks):
+    """q, k, v and sinks as C-contiguous float32 arrays, and their checked dims."""
+    q, k, v = _f32(q), _f32(k), _f32(v)
+    sinks = None if sinks is None else _f32(sinks)
+    return q, k, v, sinks, _dims(q.shape, k.shape, v.shape, None if sinks is None else sinks.shape)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,16 +327,13 @@ def forward(q, k, v, *, stage, variant="", device="cpu", causal=False, window=0,
     stage counted. Raises ValueError for a bad shape, FlashlabError (BadInput, Unsupported,
     NoDevice) for a status from the library, LibraryNotFound when there is no library.
     """
-    p, keep = _problem(q, k, v, sinks, causal, window, sink_tokens, scale)
-    lib = load_library()
-    o = np.empty((p.B, p.Hq, p.Tq, p.dv), dtype=np.float32)
-    lse = np.empty((p.B, p.Hq, p.Tq), dtype=np.float32)
-    counters = _Counters(struct_size=ctypes.sizeof(_Counters))
-    status = lib.flashlab_forward(*_names(stage, variant, device), ctypes.byref(p), _ptr(o), _ptr(lse),
-                                  ctypes.byref(counters))
-    del keep  # the inputs had to live until the call returned
-    _check(lib, status)
-    return {"o": o, "lse": lse, "counters": _counters_dict(counters)}
+    q, k, v, sinks, dims = _inputs(q, k, v, sinks)
+    options = _options(causal, window, sink_tokens, scale)
+    B, Hq, _, Tq, _, _, dv = dims
+    (o, lse), (o_at, lse_at) = _outputs(((B, Hq, Tq, dv), (B, Hq, Tq)))
+    counters = _forward_at(_names(stage, variant, device), dims, options,
+                           _addr(q), _addr(k), _addr(v), _addr(sinks), o_at, lse_at)
+    return {"o": o, "lse": lse, "counters": counters}
 
 
 def backward(q, k, v, do, *, stage, variant="", device="cpu", causal=False, window=0,
@@ -252,28 +344,20 @@ def backward(q, k, v, do, *, stage, variant="", device="cpu", causal=False, wind
     {"o", "lse", "dq", "dk", "dv", "counters"} and "dsinks" (Hq,) when sinks is given; dq, dk
     and dv have the shapes of q, k and v, and counters has both passes filled.
     """
-    p, keep = _problem(q, k, v, sinks, causal, window, sink_tokens, scale)
+    q, k, v, sinks, dims = _inputs(q, k, v, sinks)
+    options = _options(causal, window, sink_tokens, scale)
+    B, Hq, Hkv, Tq, Tk, d, dv = dims
     do = _f32(do)
-    if do.shape != (p.B, p.Hq, p.Tq, p.dv):
-        raise ValueError(f"do must be (B, Hq, Tq, dv) = ({p.B}, {p.Hq}, {p.Tq}, {p.dv}); "
-                         f"got {do.shape}")
-    lib = load_library()
-    out = {
-        "o": np.empty((p.B, p.Hq, p.Tq, p.dv), dtype=np.float32),
-        "lse": np.empty((p.B, p.Hq, p.Tq), dtype=np.float32),
-        "dq": np.empty((p.B, p.Hq, p.Tq, p.d), dtype=np.float32),
-        "dk": np.empty((p.B, p.Hkv, p.Tk, p.d), dtype=np.float32),
-        "dv": np.empty((p.B, p.Hkv, p.Tk, p.dv), dtype=np.float32),
-    }
-    if sinks is not None:
-        out["dsinks"] = np.empty((p.Hq,), dtype=np.float32)
-    counters = _Counters(struct_size=ctypes.sizeof(_Counters))
-    status = lib.flashlab_backward(*_names(stage, variant, device), ctypes.byref(p), _ptr(do),
-                                   _ptr(out["o"]), _ptr(out["lse"]), _ptr(out["dq"]), _ptr(out["dk"]),
-                                   _ptr(out["dv"]), _ptr(out.get("dsinks")), ctypes.byref(counters))
-    del keep, do
-    _check(lib, status)
-    out["counters"] = _counters_dict(counters)
+    if do.shape != (B, Hq, Tq, dv):
+        raise ValueError(f"do must be (B, Hq, Tq, dv) = ({B}, {Hq}, {Tq}, {dv}); got {do.shape}")
+    names = ["o", "lse", "dq", "dk", "dv"] + (["dsinks"] if sinks is not None else [])
+    shapes = [(B, Hq, Tq, dv), (B, Hq, Tq), (B, Hq, Tq, d), (B, Hkv, Tk, d), (B, Hkv, Tk, dv), (Hq,)]
+    arrays, at = _outputs(shapes[:len(names)])
+    dsinks_at = at[5] if sinks is not None else None
+    counters = _backward_at(_names(stage, variant, device), dims, options, _addr(q), _addr(k), _addr(v),
+                            _addr(sinks), _addr(do), *at[:5], dsinks_at)
+    out = dict(zip(names, arrays))
+    out["counters"] = counters
     return out
 
 
