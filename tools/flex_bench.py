@@ -24,7 +24,14 @@ import time
 
 
 def int_list(text):
-    return [int(x) for x in text.split(",") if x]
+    """A comma-separated list of positive integers (an argparse type: a bad one is a usage error)."""
+    try:
+        values = [int(x) for x in text.split(",") if x]
+    except ValueError:
+        values = []
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError("expected comma-separated positive integers, got %r" % text)
+    return values
 
 
 def visible_pairs(T, window, sink_tokens):
@@ -98,8 +105,8 @@ def time_one(torch, args, T, d):
 
 def run(args, torch):
     rows, failed = [], 0
-    for T in int_list(args.T):
-        for d in int_list(args.d):
+    for T in args.T:
+        for d in args.d:
             flops = 4.0 * args.B * args.H * d * visible_pairs(T, args.window, args.sink_tokens)
             flops *= 3.5 if args.direction == "bwd" else 1.0
             row = {"tool": "flex", "direction": args.direction, "B": args.B, "H": args.H, "Hkv": args.Hkv,
@@ -124,8 +131,8 @@ def main():
     ap.add_argument("--B", type=int, default=1)
     ap.add_argument("--H", type=int, default=64, help="query heads")
     ap.add_argument("--Hkv", type=int, default=8, help="kv heads (H a multiple of it)")
-    ap.add_argument("--T", default="4096", help="comma-separated sequence lengths")
-    ap.add_argument("--d", default="64", help="comma-separated head dims")
+    ap.add_argument("--T", type=int_list, default="4096", help="comma-separated sequence lengths")
+    ap.add_argument("--d", type=int_list, default="64", help="comma-separated head dims")
     ap.add_argument("--window", type=int, default=128, help="W keys per row (0: causal only)")
     ap.add_argument("--sink-tokens", type=int, default=0, help="S first keys every row keeps")
     ap.add_argument("--sinks", action="store_true", help="learned sink logits through the lse")
@@ -138,8 +145,8 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--json", metavar="PATH", help="write the rows as a JSON array here")
     args = ap.parse_args()
-    if args.H % args.Hkv:
-        ap.error("--H must be a multiple of --Hkv")
+    if args.B <= 0 or args.Hkv <= 0 or args.H % args.Hkv or args.window < 0 or args.sink_tokens < 0:
+        ap.error("--B, --H, --Hkv must be positive with H a multiple of Hkv; --window, --sink-tokens >= 0")
     try:
         import torch
         import torch.nn.attention.flex_attention  # noqa: F401
