@@ -8,9 +8,8 @@
  * Usage: test_hbm_model_14 cpu|cuda (cuda: skipped with 77 without a Hopper GPU or in a build
  * without sm_90a). Both devices share one closed form: bf16 inputs are 2 bytes an element, o, lse,
  * D, dq, dk, dv 4 bytes; the kernels' tiles (stages/14_hopper/tiles.h) are 128 query rows and 128
- * keys in the forward, 64 query rows and 64 keys in the default backward, 64 query rows and 128
- * keys in the wgmma variant's, whose two consumer warpgroups of 64 keys each read-modify-write dq
- * for their own keys. The problems are stage 12's (hbm_model_tc.c). The expected numbers are
+ * keys in the forward, 64 query rows and 128 keys in the backward, whose two consumer warpgroups
+ * of 64 keys each read-modify-write dq for their own keys (the reference counts the same). The problems are stage 12's (hbm_model_tc.c). The expected numbers are
  * computed here from the doc's formulas, tile by tile, with test_keys_seen (docs/conventions.md)
  * deciding which tiles a causal walk visits; nothing is taken from the stage. */
 #include <stdint.h>
@@ -23,7 +22,7 @@
 #include "test_support.h"
 
 /* The kernels' tiles (tiles.h), written out again. */
-enum { FWD_ROWS = 128, FWD_KEYS = 128, BWD_ROWS = 64, BWD_KEYS = 64, WGMMA_BWD_KEYS = 128, WG_KEYS = 64 };
+enum { FWD_ROWS = 128, FWD_KEYS = 128, BWD_ROWS = 64, BWD_KEYS = 128, WG_KEYS = 64 };
 
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
@@ -33,7 +32,7 @@ static uint64_t kv_rows_forward(const AttnProblem *p) { return tc_kv_rows_forwar
 
 /* Query rows one query head streams past the backward's key tiles: for each key tile of `keys`
  * from j0, the rows of every query tile of 64 whose last row sees key j0. With `per_adder`, each
- * such row counts once per 64 keys of the tile (ceil(tile keys / 64): the wgmma kernel's consumer
+ * such row counts once per 64 keys of the tile (ceil(tile keys / 64): the kernel's consumer
  * warpgroups that hold keys), which is how often those rows of dq are read-modified-written. */
 static uint64_t q_rows_backward(const AttnProblem *p, int keys, int per_adder)
 {
@@ -52,9 +51,8 @@ static uint64_t q_rows_backward(const AttnProblem *p, int keys, int per_adder)
 
 /* N = B Hq query heads, N_kv = B Hkv kv heads, K_f = kv_rows_forward; S = the query rows streamed
  * past the backward's key tiles and S_dq = the dq rows read-modified-written (q_rows_backward, per
- * query head): the default backward (stage 12's kernel, 64-key tiles) has S = S_dq = q_rows(64);
- * the wgmma variant (128-key tiles, dq added per 64 keys) S = q_rows(128), S_dq = q_rows(128, per
- * adder). Bytes:
+ * query head): with 128-key tiles and dq added per 64 keys, S = q_rows(128) and S_dq =
+ * q_rows(128, per adder). Bytes:
  *   forward   read    = N (2 Tq d + 2 K_f (d + dv))       Q16 once, K16/V16 per visited tile
  *             written = N 4 Tq (dv + 1)                   o, lse
  *   backward  read    = N 6 Tq dv                          D: dO16 (2) and o (4)
@@ -81,20 +79,12 @@ static HbmPassCounts model_with(const AttnProblem *p, uint64_t S, uint64_t Sdq)
 static HbmPassCounts model_tc(const AttnProblem *p, size_t M)
 {
     (void)M;
-    const uint64_t S = q_rows_backward(p, BWD_KEYS, 0);
-    return model_with(p, S, S);
-}
-
-static HbmPassCounts model_wgmma(const AttnProblem *p, size_t M)
-{
-    (void)M;
-    return model_with(p, q_rows_backward(p, WGMMA_BWD_KEYS, 0), q_rows_backward(p, WGMMA_BWD_KEYS, 1));
+    return model_with(p, q_rows_backward(p, BWD_KEYS, 0), q_rows_backward(p, BWD_KEYS, 1));
 }
 
 static const HbmModelRow models[] = {
     {DEVICE_CPU, "", model_tc, 0, 0, NULL},
     {DEVICE_CUDA, "", model_tc, 0, 0, NULL},
-    {DEVICE_CUDA, "wgmma", model_wgmma, 0, 0, NULL},
 };
 enum { MODEL_COUNT = sizeof models / sizeof models[0] };
 

@@ -395,29 +395,12 @@ __global__ void __launch_bounds__(FwdTile<D>::NT, 1)
     }
 }
 
-// ==== the backward pass ==========================================================================
+// ==== the backward pass, on Hopper ================================================================
 //
 // Per head, with P = exp2(S scale log2(e) - lse log2(e)) recomputed from the saved lse:
 //   D  = rowsum(dO ∘ O)      (Tq)       bwd_d_kernel, into the workspace
 //   dV = P^T dO              (Tk, D)    dP = dO V^T (Tq, Tk)    dS = P ∘ (dP - D)
 //   dK = scale dS^T Q        (Tk, D)    dQ = scale dS K (Tq, D)
-// One block of 4 warps per K/V tile (BC = 64 keys) of one kv head; warp w owns keys 16w .. 16w+15,
-// so it computes the transposed tiles S^T = K_j Q_i^T and dP^T = V_j dO_i^T (16, BR) and keeps its
-// rows of dK_j and dV_j in registers while it walks every query tile of every head of the group.
-// Their C fragments become the A fragments of dV += P^T dO and dK += dS^T Q directly. dQ_i needs
-// the whole dS tile, so dS^T goes through shared memory once; then warp w adds rows 16w .. 16w+15
-// of scale dS K_j into dQ in HBM with float32 atomics.
-// Shared memory (bf16, swizzled): K_j, V_j (BC, D) once; two stages of Q_i, dO_i (BR, D) and of
-// lse_i, D_i (BR floats); dS^T (BC, BR).
-template <int D> struct BwdTile {
-    static constexpr int BR = TC_BWD_BLOCK_R, BC = TC_BLOCK_C, WARPS = BC / 16, NT = 32 * WARPS;
-    // QP: query rows per pass of a step. Two passes of 32 at d = 128 keep S^T and dP^T at 16
-    // registers each beside dK and dV's 128 (one pass of 64 spills there).
-    static constexpr int QP = D == 128 ? 32 : 64;
-    static constexpr int NQ = QP / 8, NO = D / 8; // accumulator tiles of S^T (a pass) and of dK, dV
-    static constexpr size_t SMEM_BYTES =
-        (size_t)(2 * BC * D + 4 * BR * D + BC * BR) * sizeof(bf16) + 4 * BR * sizeof(float);
-};
 
 // D = rowsum(dO ∘ O), one warp per query row (dO in bf16 as the kernels read it, O in float32).
 template <int D>
@@ -440,41 +423,6 @@ __global__ void bwd_d_kernel(const bf16 *dO, const float *o, float *Dout, long l
     }
 }
 
-// The shared-memory tiles of one backward block.
-template <int D> struct BwdSmem {
-    using T = BwdTile<D>;
-    bf16 *Ks, *Vs, *Qs, *dOs, *dSTs; // Qs, dOs: two stages each
-    float *Ls, *Ds;                  // lse_i, D_i: two stages each
-    __device__ explicit BwdSmem(void *base)
-    {
-        Ks = reinterpret_cast<bf16 *>(base); // K_j   (BC, D)
-        Vs = Ks + T::BC * D;                 // V_j   (BC, D)
-        Qs = Vs + T::BC * D;                 // Q_i   (BR, D) x 2
-        dOs = Qs + 2 * T::BR * D;            // dO_i  (BR, D) x 2
-        dSTs = dOs + 2 * T::BR * D;          // dS^T  (BC, BR)
-        Ls = reinterpret_cast<float *>(dSTs + T::BC * T::BR); // lse_i (BR) x 2
-        Ds = Ls + 2 * T::BR;                                  // D_i   (BR) x 2
-    }
-};
-
-// Q_i, dO_i, lse_i, D_i of query tile q0 of head hq into stage `st`.
-template <int D>
-__device__ __forceinline__ void load_query_tile(const BwdSmem<D> &sm, const TcArgs &a, int st,
-                                                int hq, int q0, int tid)
-{
-    using T = BwdTile<D>;
-    const int rows = min(T::BR, a.Tq - q0);
-    const size_t row0 = (size_t)hq * a.Tq + q0;
-    load_tile_swizzled<T::BR, D, T::NT>(sm.Qs + st * T::BR * D, a.q + row0 * D, rows, tid);
-    load_tile_swizzled<T::BR, D, T::NT>(sm.dOs + st * T::BR * D, a.dO + row0 * D, rows, tid);
-    load_vector<T::BR, T::NT>(sm.Ls + st * T::BR, a.lse + row0, rows, tid);
-    load_vector<T::BR, T::NT>(sm.Ds + st * T::BR, a.D + row0, rows, tid);
-    cp_async_commit();
-    if (tid == 0)
-        hbm_dev_add(a.hbm, HBM_READ,
-                    (unsigned long long)rows * (2 * D * sizeof(bf16) + 2 * sizeof(float)));
-}
-
 // The query tiles a key tile meets, as a flat walk over (head of the group, query tile): with
 // causal masking the tiles that end before the key tile's first key are skipped.
 struct QueryWalk {
@@ -490,194 +438,9 @@ struct QueryWalk {
     __device__ int tile(int step) const { return first_tile + step % tiles_per_head; }
 };
 
-template <int D>
-__global__ void __launch_bounds__(BwdTile<D>::NT) tc_backward_kernel(TcArgs a)
-{
-    using T = BwdTile<D>;
-    extern __shared__ uint4 smem16[];
-    const BwdSmem<D> sm(smem16);
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
-    // grid (key tiles, kv heads): the blocks running together share a head, so its Q and dO tiles,
-    // which every block of the head streams, are served from L2 (heads in x, as in the forward,
-    // measured 1.4x slower at T = 16384)
-    const int kvbh = blockIdx.y, hkv = kvbh % (a.Hq / a.group), b = kvbh / (a.Hq / a.group);
-    const int hq0 = b * a.Hq + hkv * a.group; // first query head (b, h) of the group, flattened
-    const int kv0 = blockIdx.x * T::BC, rows_kv = min(T::BC, a.Tk - kv0);
-    const size_t kv_row0 = (size_t)kvbh * a.Tk + kv0;
-    const QueryWalk walk(a, kv0, T::BR);
-
-    load_tile_swizzled<T::BC, D, T::NT>(sm.Ks, a.k + kv_row0 * D, rows_kv, tid); // K_j, V_j: once
-    load_tile_swizzled<T::BC, D, T::NT>(sm.Vs, a.v + kv_row0 * D, rows_kv, tid);
-    if (tid == 0)
-        hbm_dev_add(a.hbm, HBM_READ, (unsigned long long)rows_kv * 2 * D * sizeof(bf16));
-    if (walk.steps > 0)
-        load_query_tile<D>(sm, a, 0, walk.head(0, hq0), walk.tile(0) * T::BR, tid);
-    else
-        cp_async_commit();
-
-    // This lane's keys: key[0] = kv0 + 16 warp + g, key[1] = key[0] + 8 (rows of S^T, dK, dV).
-    const int key[2] = {kv0 + 16 * warp + g, kv0 + 16 * warp + g + 8};
-    float dk[T::NO][4], dv[T::NO][4];
-#pragma unroll
-    for (int n = 0; n < T::NO; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            dk[n][e] = dv[n][e] = 0.0f;
-
-    for (int step = 0; step < walk.steps; step++) {
-        const int st = step & 1, hq = walk.head(step, hq0), q0 = walk.tile(step) * T::BR;
-        if (step + 1 < walk.steps) { // the next query tile streams in while this one computes
-            load_query_tile<D>(sm, a, st ^ 1, walk.head(step + 1, hq0),
-                               walk.tile(step + 1) * T::BR, tid);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
-        const bf16 *Qi = sm.Qs + st * T::BR * D, *dOi = sm.dOs + st * T::BR * D;
-        const float *Li = sm.Ls + st * T::BR, *Di = sm.Ds + st * T::BR;
-
-        const bool masked = kv0 + T::BC > a.Tk || q0 + T::BR > a.Tq ||
-                            (a.causal && kv0 + T::BC - 1 > q0 + a.Tk - a.Tq);
-        // In passes of QP query rows (fewer live accumulators; see BwdTile::QP):
-#pragma unroll 1
-        for (int qp = 0; qp < T::BR; qp += T::QP) {
-            // S^T = K_j Q_i^T and dP^T = V_j dO_i^T   (16, QP) per warp
-            float s[T::NQ][4], dp[T::NQ][4];
-#pragma unroll
-            for (int n = 0; n < T::NQ; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    s[n][e] = dp[n][e] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < D; kk += 16) {
-                uint32_t ka[4], va[4];
-                load_a<D>(ka, sm.Ks, 16 * warp, kk, lane);
-                load_a<D>(va, sm.Vs, 16 * warp, kk, lane);
-#pragma unroll
-                for (int n = 0; n < T::NQ; n += 2) {
-                    uint32_t qb[4], ob[4];
-                    load_b_pair<D>(qb, Qi, qp + 8 * n, kk, lane);
-                    mma_bf16(s[n], ka, qb[0], qb[1]);
-                    mma_bf16(s[n + 1], ka, qb[2], qb[3]);
-                    load_b_pair<D>(ob, dOi, qp + 8 * n, kk, lane);
-                    mma_bf16(dp[n], va, ob[0], ob[1]);
-                    mma_bf16(dp[n + 1], va, ob[2], ob[3]);
-                }
-            }
-
-            // P^T = exp2(S^T scale log2(e) - lse log2(e)),  dS^T = P^T ∘ (dP^T - D)   (element e
-            // of tile n: key key[e / 2], query row q0 + qp + 8n + 2 t4 + e % 2). s becomes P^T,
-            // dp becomes dS^T.
-#pragma unroll
-            for (int n = 0; n < T::NQ; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int c = qp + 8 * n + 2 * t4 + (e & 1); // query row within the tile
-                    const float lse = Li[c];
-                    // a row that saw no key (lse = -inf) has P = 0 for every key: the mask covers it
-                    float p = exp2f(s[n][e] * a.scale_log2 - lse * kLog2e);
-                    if (masked && hidden(a, q0 + c, key[e >> 1]))
-                        p = 0.0f;
-                    s[n][e] = p;
-                    /* exercise: begin — dS^T = P^T ∘ (dP^T - D) for element e of tile n (check 14 --device cuda: dq and dk) | stub: dp[n][e] = 0.0f; */
-                    dp[n][e] = p * (dp[n][e] - Di[c]);
-                    /* exercise: end */
-                }
-
-            // dV_j += P^T dO_i and dK_j += dS^T Q_i   (16, D): P^T and dS^T as bf16 A fragments
-#pragma unroll
-            for (int kc = 0; kc < T::NQ; kc += 2) {
-                uint32_t pa[4], dsa[4];
-                a_from_c(pa, s[kc], s[kc + 1]);
-                a_from_c(dsa, dp[kc], dp[kc + 1]);
-#pragma unroll
-                for (int n = 0; n < T::NO; n += 2) {
-                    uint32_t ob[4], qb[4];
-                    load_b_pair_trans<D>(ob, dOi, 8 * n, qp + 8 * kc, lane);
-                    mma_bf16(dv[n], pa, ob[0], ob[1]);
-                    mma_bf16(dv[n + 1], pa, ob[2], ob[3]);
-                    load_b_pair_trans<D>(qb, Qi, 8 * n, qp + 8 * kc, lane);
-                    mma_bf16(dk[n], dsa, qb[0], qb[1]);
-                    mma_bf16(dk[n + 1], dsa, qb[2], qb[3]);
-                }
-            }
-
-            // dS^T (BC, BR) to shared memory as bf16, for dQ
-#pragma unroll
-            for (int n = 0; n < T::NQ; n++)
-#pragma unroll
-                for (int rr = 0; rr < 2; rr++) {
-                    const int row = 16 * warp + g + 8 * rr;
-                    *reinterpret_cast<uint32_t *>(sm.dSTs + swizzle<T::BR>(row, qp + 8 * n) + 2 * t4) =
-                        pack_bf16(dp[n][2 * rr], dp[n][2 * rr + 1]);
-                }
-        }
-        __syncthreads();
-
-        // dQ_i += scale dS K_j   (BR, D): warp w adds query rows 16w .. 16w+15, 16 columns at a time
-        uint32_t dsa[T::BC / 16][4]; // dS rows 16w.., all BC keys, as A fragments (from dS^T)
-#pragma unroll
-        for (int kc = 0; kc < T::BC / 16; kc++)
-            load_a_trans<T::BR>(dsa[kc], sm.dSTs, 16 * warp, 16 * kc, lane);
-        const int qr[2] = {q0 + 16 * warp + g, q0 + 16 * warp + g + 8};
-#pragma unroll
-        for (int n = 0; n < T::NO; n += 2) {
-            float dq[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-#pragma unroll
-            for (int kc = 0; kc < T::BC / 16; kc++) {
-                uint32_t kb[4];
-                load_b_pair_trans<D>(kb, sm.Ks, 8 * n, 16 * kc, lane);
-                mma_bf16(dq[0], dsa[kc], kb[0], kb[1]);
-                mma_bf16(dq[1], dsa[kc], kb[2], kb[3]);
-            }
-#pragma unroll
-            for (int half = 0; half < 2; half++)
-#pragma unroll
-                for (int rr = 0; rr < 2; rr++)
-                    if (qr[rr] < a.Tq)
-                        atomic_add_pair(a.dQ + ((size_t)hq * a.Tq + qr[rr]) * D + 8 * (n + half) +
-                                            2 * t4,
-                                        a.scale * dq[half][2 * rr], a.scale * dq[half][2 * rr + 1]);
-        }
-        if (tid == 0) {
-            const unsigned long long bytes =
-                (unsigned long long)min(T::BR, a.Tq - q0) * D * sizeof(float);
-            hbm_dev_add(a.hbm, HBM_READ, bytes); // dQ: read-modify-write
-            hbm_dev_add(a.hbm, HBM_WRITTEN, bytes);
-        }
-        __syncthreads(); // dS^T and this stage's Q_i, dO_i are free
-    }
-    cp_async_wait<0>();
-
-    // dK_j = scale dS^T Q and dV_j: written once, float32
-#pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        if (key[rr] >= a.Tk)
-            continue;
-        float *dkrow = a.dK + ((size_t)kvbh * a.Tk + key[rr]) * D;
-        float *dvrow = a.dV + ((size_t)kvbh * a.Tk + key[rr]) * D;
-#pragma unroll
-        for (int n = 0; n < T::NO; n++) {
-            *reinterpret_cast<float2 *>(dkrow + 8 * n + 2 * t4) =
-                make_float2(a.scale * dk[n][2 * rr], a.scale * dk[n][2 * rr + 1]);
-            *reinterpret_cast<float2 *>(dvrow + 8 * n + 2 * t4) =
-                make_float2(dv[n][2 * rr], dv[n][2 * rr + 1]);
-        }
-    }
-    if (tid == 0)
-        hbm_dev_add(a.hbm, HBM_WRITTEN, (unsigned long long)rows_kv * 2 * D * sizeof(float));
-}
-
-// ==== the backward pass on wgmma (variant "wgmma") ===============================================
-//
-// NOT YET RUN ON A GPU: written and compiled (no spills, no serialised wgmma) in a session that had
-// no GPU time left. It is a variant until it has passed the tc_* cases, the sanitizers and the
-// bench; then it replaces the kernel above as the stage's backward (issue 26).
-//
-// The same passes as above (D first, by bwd_d_kernel). One block of three warpgroups per K/V tile
+// After D (bwd_d_kernel), one block of three warpgroups per K/V tile
 // K_j, V_j (BC = 128 keys) of one kv head; it walks every query tile Q_i (BR = 64 rows) of every
-// query head of the group, as the block above does:
+// query head of the group (stage 12's walk):
 //   warpgroup 0, the producer: one thread loads K_j and V_j once with TMA, then Q_i and dO_i of each
 //     step into a ring of NSTAGE stages; the rest of its first warp copies lse_i (times log2 e) and
 //     D_i beside them, and all 32 arrive on the stage's q_full barrier;
@@ -687,7 +450,7 @@ __global__ void __launch_bounds__(BwdTile<D>::NT) tc_backward_kernel(TcArgs a)
 //       P^T, dS^T                              element-wise, in registers
 //       dV_c += P^T dO_i,  dK_c += dS^T Q_i   (64, D)   P^T, dS^T from registers; dO_i, Q_i MN-major
 //       dQ_i += dS K_c                         (BR, D)  dS^T through shared memory, K_c MN-major
-//     then hands the stage back (q_empty) and adds scale dQ_i into dQ in HBM with float32 atomics.
+//     adds scale dQ_i into dQ in HBM with float32 atomics and hands the stage back (q_empty).
 // Computing S^T rather than S puts the keys in the wgmma's M, so the accumulators of S^T and dP^T
 // are, after rounding, the A operands of dV += P^T dO and dK += dS^T Q: no trip through shared memory
 // (stage 12 does the same with mma.sync). dQ needs dS with the queries in M: each warpgroup writes
@@ -695,7 +458,7 @@ __global__ void __launch_bounds__(BwdTile<D>::NT) tc_backward_kernel(TcArgs a)
 // 64 keys' share of dQ_i, so the two never wait for each other, at the price of two atomic adds per
 // element of dQ_i and step instead of one.
 template <int D> struct WgBwdTile {
-    static constexpr int BR = TC_BWD_BLOCK_R, BC = TC_WG_BWD_BLOCK_C;
+    static constexpr int BR = TC_BWD_BLOCK_R, BC = TC_BWD_BLOCK_C;
     static constexpr int KEYS = TC_BWD_WG_KEYS;     // keys of one consumer warpgroup (one wgmma M)
     static constexpr int CONSUMERS = BC / KEYS, NT = 128 * (1 + CONSUMERS);
     static constexpr int NSTAGE = 2;                // Q_i, dO_i stages in the ring
@@ -863,10 +626,14 @@ __device__ __forceinline__ void store_ds_transposed(bf16 (&dst)[TC_BWD_WG_KEYS][
         }
 }
 
-// dQ_i += scale dQ_c: this warpgroup's share, rows q0 + 16 warp + g (+ 8) of head hq.
+// dQ_i += scale dQ_c: this warpgroup's share, rows q0 + 16 warp + g (+ 8) of head hq (nothing
+// when the warpgroup has no keys: its dS is all zero).
 template <int D>
-__device__ __forceinline__ void add_dq(const TcArgs &a, const float (&dq)[D / 8][4], const Keys &w, int hq, int q0)
+__device__ __forceinline__ void add_dq(const TcArgs &a, const float (&dq)[D / 8][4], const Keys &w, int keys, int hq,
+                                       int q0)
 {
+    if (keys <= 0)
+        return;
 #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
         const int row = q0 + 16 * w.warp + w.g + 8 * rr;
@@ -876,6 +643,11 @@ __device__ __forceinline__ void add_dq(const TcArgs &a, const float (&dq)[D / 8]
 #pragma unroll
         for (int n = 0; n < D / 8; n++)
             atomic_add_pair(dst + 8 * n, a.scale * dq[n][2 * rr], a.scale * dq[n][2 * rr + 1]);
+    }
+    if (threadIdx.x % 128 == 0) {
+        const unsigned long long bytes = (unsigned long long)min(TC_BWD_BLOCK_R, a.Tq - q0) * D * sizeof(float);
+        hbm_dev_add(a.hbm, HBM_READ, bytes); // dQ: read-modify-write
+        hbm_dev_add(a.hbm, HBM_WRITTEN, bytes);
     }
 }
 
@@ -908,27 +680,24 @@ __device__ void consume_bwd(WgBwdSmem<D> &sm, const TcArgs &a, const QueryWalk &
         to_fragments(dsa, dp);
         wgmma_fence();
         issue_from_registers<D>(dv, pa, &sm.dO[st][0][0][0]); // dV_c += P^T dO_i
-        issue_from_registers<D>(dk, dsa, &sm.q[st][0][0][0]); // dK_c += dS^T Q_i
         wgmma_commit();
         // dS^T to shared memory (buffer step % 2: the other one may still be read by the last
-        // step's dQ wgmma of a slower warp), made visible to wgmma, then dQ_c = dS_c K_c
+        // step's dQ wgmma of a slower warp), made visible to wgmma, while dV runs
         bf16(&dst)[T::KEYS][T::BR] = sm.dst[c][step & 1];
         store_ds_transposed(dst, dsa, w);
         fence_proxy_async();
         named_barrier_sync(1 + c, 128);
-        wgmma_wait<0>(); // dV, dK done: pa, dsa are free
+        wgmma_wait<0>(); // dV is done: pa is free (registers: dK, dV and dQ_c must fit beside dsa)
         float dq[T::NO][4];
-        issue_dq<D>(dq, dst, sm, c);
+        issue_dq<D>(dq, dst, sm, c);                          // dQ_c = dS_c K_c
+        wgmma_fence();
+        issue_from_registers<D>(dk, dsa, &sm.q[st][0][0][0]); // dK_c += dS^T Q_i
+        wgmma_commit();
+        wgmma_wait<1>(); // dQ_c is done (groups finish in order): add it to HBM while dK runs
+        add_dq<D>(a, dq, w, keys, hq, q0);
         wgmma_wait<0>();
-        release(&sm.q_empty[st], lane); // Q_i, dO_i, lse_i, D_i go back to the producer
-        if (keys > 0) {
-            add_dq<D>(a, dq, w, hq, q0);
-            if (tid == 0) {
-                const unsigned long long bytes = (unsigned long long)min(T::BR, a.Tq - q0) * D * sizeof(float);
-                hbm_dev_add(a.hbm, HBM_READ, bytes); // dQ: read-modify-write
-                hbm_dev_add(a.hbm, HBM_WRITTEN, bytes);
-            }
-        }
+        mbar_arrive(&sm.q_empty[st]); // every thread: its reads of lse_i, D_i are over (with one arrive
+                                      // per warp after __syncwarp, racecheck reported hazards on them)
     }
 
     // dK_c = scale dS^T Q and dV_c: written once, float32
@@ -967,8 +736,8 @@ __global__ void __launch_bounds__(WgBwdTile<D>::NT, 1)
     if (threadIdx.x == 0) {
         mbar_init(&sm.kv_full, 1);
         for (int st = 0; st < T::NSTAGE; st++) {
-            mbar_init(&sm.q_full[st], 32);                // the producer warp's 32 arrives (+ TMA's bytes)
-            mbar_init(&sm.q_empty[st], 4 * T::CONSUMERS); // one arrive per consumer warp
+            mbar_init(&sm.q_full[st], 32);                  // the producer warp's 32 arrives (+ TMA's bytes)
+            mbar_init(&sm.q_empty[st], 128 * T::CONSUMERS); // one arrive per consumer thread
         }
         fence_barrier_init();
     }
@@ -1024,7 +793,7 @@ template <int D> int forward_launch(const TcArgs &a, int heads, int kv_heads, Fl
     return fl_cuda_launch_status("hopper_forward_kernel", err);
 }
 
-template <int D> int wgmma_backward_launch(const TcArgs &a, int heads, int kv_heads, FlError *err)
+template <int D> int backward_launch(const TcArgs &a, int heads, int kv_heads, FlError *err)
 {
     using T = WgBwdTile<D>;
     const long long rows = (long long)heads * a.Tq;
@@ -1041,22 +810,6 @@ template <int D> int wgmma_backward_launch(const TcArgs &a, int heads, int kv_he
     const dim3 grid((unsigned)ceil_div(a.Tk, T::BC), (unsigned)kv_heads);
     hopper_backward_kernel<D><<<grid, T::NT, WgBwdSmem<D>::BYTES>>>(mq, mdo, mk, mv, a);
     return fl_cuda_launch_status("hopper_backward_kernel", err);
-}
-
-template <int D> int backward_launch(const TcArgs &a, int heads, int kv_heads, FlError *err)
-{
-    using T = BwdTile<D>;
-    const long long rows = (long long)heads * a.Tq;
-    bwd_d_kernel<D><<<(unsigned)((rows + 7) / 8), 256>>>(a.dO, a.o, a.D, rows, a.hbm);
-    int rc = fl_cuda_launch_status("bwd_d_kernel", err);
-    if (rc != FL_OK)
-        return rc;
-    const dim3 grid((unsigned)ceil_div(a.Tk, T::BC), (unsigned)kv_heads);
-    rc = allow_smem(tc_backward_kernel<D>, T::SMEM_BYTES, "tc_backward_kernel", err);
-    if (rc != FL_OK)
-        return rc;
-    tc_backward_kernel<D><<<grid, T::NT, T::SMEM_BYTES>>>(a);
-    return fl_cuda_launch_status("tc_backward_kernel", err);
 }
 
 } // namespace
@@ -1128,11 +881,8 @@ static size_t tc_workspace_bytes(const AttnProblem *p, const RunCtx *ctx, Direct
     return dir == DIR_BWD ? (size_t)p->B * p->Hq * p->Tq * sizeof(float) : 0;
 }
 
-typedef int (*BackwardLaunch)(const TcArgs &a, int heads, int kv_heads, FlError *err);
-
-// dq = 0 (both backward kernels add into it), then the kernels of `launch` for the head dim.
-static int tc_backward_with(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, BackwardLaunch launch64,
-                            BackwardLaunch launch128, FlError *err)
+// dq = 0 (the kernel adds into it), then D and the backward kernel for the head dim.
+static int tc_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
 {
     int rc = tc_validate(p, 1, err);
     if (rc != FL_OK || p->Tq <= 0 || p->Tk <= 0 || p->B <= 0 || p->Hq <= 0)
@@ -1144,17 +894,8 @@ static int tc_backward_with(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, B
         rc = hbm_dev_add_from_host(a.hbm, 0, dq_bytes, err);
     if (rc != FL_OK)
         return rc;
-    return (p->d == 64 ? launch64 : launch128)(a, p->B * p->Hq, p->B * p->Hkv, err);
-}
-
-static int tc_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
-{
-    return tc_backward_with(p, t, ctx, backward_launch<64>, backward_launch<128>, err);
-}
-
-static int tc_backward_wgmma(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
-{
-    return tc_backward_with(p, t, ctx, wgmma_backward_launch<64>, wgmma_backward_launch<128>, err);
+    return p->d == 64 ? backward_launch<64>(a, p->B * p->Hq, p->B * p->Hkv, err)
+                      : backward_launch<128>(a, p->B * p->Hq, p->B * p->Hkv, err);
 }
 
 static const StageImpl tc_cuda = {
@@ -1162,7 +903,7 @@ static const StageImpl tc_cuda = {
     "hopper",
     "",
     DEVICE_CUDA,
-    "FA on Hopper, bf16: a TMA producer warpgroup, mbarriers, wgmma consumers (forward); backward: stage 12's",
+    "FA on Hopper, bf16: a TMA producer warpgroup, mbarriers, wgmma consumer warpgroups, forward and backward",
     FEAT_BACKWARD | FEAT_CAUSAL | FEAT_GQA,
     tc_forward,
     tc_backward,
@@ -1172,20 +913,4 @@ static const StageImpl tc_cuda = {
     {64, 128},
 };
 
-static const StageImpl tc_cuda_wgmma = {
-    "14",
-    "hopper",
-    "wgmma",
-    DEVICE_CUDA,
-    "the same forward; backward on wgmma too: a TMA producer, two consumer warpgroups of 64 keys, "
-    "dQ by atomics (not yet run on a GPU)",
-    FEAT_BACKWARD | FEAT_CAUSAL | FEAT_GQA,
-    tc_forward,
-    tc_backward_wgmma,
-    tc_workspace_bytes,
-    NULL,
-    PRECISION_BF16,
-    {64, 128},
-};
-
-extern "C" const StageImpl *const stage14_hopper_cuda[] = {&tc_cuda, &tc_cuda_wgmma, NULL};
+extern "C" const StageImpl *const stage14_hopper_cuda[] = {&tc_cuda, NULL};

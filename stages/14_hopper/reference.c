@@ -34,7 +34,7 @@
  *   o = O / l (0 when l = 0),  lse = (m + log2 l) ln 2 (-inf when l = 0);  store o, lse
  *
  * Backward, with D = rowsum(dO16 ∘ o) first (o the float32 forward output), then per (b, kv head)
- * and key tile K16_j, V16_j of TC_BLOCK_C keys (one thread block of the kernel):
+ * and key tile K16_j, V16_j of TC_BWD_BLOCK_C = 128 keys (one thread block of the kernel):
  *   dK_j = 0, dV_j = 0
  *   for every query head of the group, for each query tile Q_i of TC_BWD_BLOCK_R = 64 rows whose
  *   last row sees key j0 (the others lie above the causal diagonal: skipped):
@@ -44,7 +44,8 @@
  *     dP   = dO16_i V16_j^T                     (Br, Bc)
  *     dS   = P ∘ (dP - D_i)                     (Br, Bc)  unrounded P
  *     dK_j += bf16(dS)^T Q16_i                  (Bc, d)
- *     dQ_i += scale * (bf16(dS) K16_j)           (Br, d)   read-modify-write of dq in HBM
+ *     dQ_i += scale * (bf16(dS) K16_j)           (Br, d)   read-modify-write of dq in HBM, once
+ *                                                  per 64 keys (one consumer warpgroup's share)
  *   dK_j *= scale;  store dK_j, dV_j
  * The GPU adds into dQ with atomics in whatever order its blocks finish; here one worker owns a kv
  * head and its group's dq rows, and adds the key tiles in order.
@@ -302,7 +303,7 @@ static void bwd_tiles_free(BwdTiles *t)
 
 static int bwd_tiles_alloc(BwdTiles *t, int d, int dv)
 {
-    const size_t Br = TC_BWD_BLOCK_R, Bc = TC_BLOCK_C;
+    const size_t Br = TC_BWD_BLOCK_R, Bc = TC_BWD_BLOCK_C;
     t->K = malloc(Bc * d * sizeof(float));
     t->Kt = malloc(Bc * d * sizeof(float));
     t->Vt = malloc(Bc * dv * sizeof(float));
@@ -368,17 +369,22 @@ static void bwd_tile(const AttnProblem *p, AttnTensors *out, const float *D, con
             add_scaled(t->dV + (size_t)j * dv, bf16_round(t->P[(size_t)r * n + j]), t->dO + (size_t)r * dv, dv);
             add_scaled(t->dK + (size_t)j * d, bf16_round(t->dS[(size_t)r * n + j]), t->Q + (size_t)r * d, d);
         }
-    // dQ_i += scale * (bf16(dS) K16_j)   (rows, d): read-modify-write of dq in HBM
-    for (int r = 0; r < rows; r++) {
-        memset(t->dQ, 0, (size_t)d * sizeof(float));
-        for (int j = 0; j < seen_in_tile(p, i0 + r, j0, n); j++)
-            add_scaled(t->dQ, bf16_round(t->dS[(size_t)r * n + j]), t->K + (size_t)j * d, d);
-        float *dq = out->dq + (row0 + r) * d;
-        for (int c = 0; c < d; c++)
-            dq[c] += p->scale * t->dQ[c];
+    // dQ_i += scale * (bf16(dS) K16_j)   (rows, d): each 64 keys' share added on its own, as the
+    // kernel's consumer warpgroups do (a read-modify-write of dq in HBM each)
+    for (int c0 = 0; c0 < n; c0 += TC_BWD_WG_KEYS) {
+        const int c1 = min_int(c0 + TC_BWD_WG_KEYS, n);
+        for (int r = 0; r < rows; r++) {
+            memset(t->dQ, 0, (size_t)d * sizeof(float));
+            const int seen = min_int(seen_in_tile(p, i0 + r, j0, n), c1);
+            for (int j = c0; j < seen; j++)
+                add_scaled(t->dQ, bf16_round(t->dS[(size_t)r * n + j]), t->K + (size_t)j * d, d);
+            float *dq = out->dq + (row0 + r) * d;
+            for (int c = 0; c < d; c++)
+                dq[c] += p->scale * t->dQ[c];
+        }
+        hbm_count_read(hbm, (uint64_t)rows * d * 4);
+        hbm_count_write(hbm, (uint64_t)rows * d * 4);
     }
-    hbm_count_read(hbm, (uint64_t)rows * d * 4);
-    hbm_count_write(hbm, (uint64_t)rows * d * 4);
 }
 
 /* Every key tile of kv head g of batch b (one thread block each on the GPU), in order. */
@@ -387,8 +393,8 @@ static void bwd_kv_head(const AttnProblem *p, AttnTensors *out, const float *D, 
 {
     const int d = p->d, dv = p->dv, Tk = p->Tk, Tq = p->Tq, group = p->Hq / p->Hkv;
     const size_t kvh = (size_t)b * p->Hkv + g;
-    for (int j0 = 0; j0 < Tk; j0 += TC_BLOCK_C) {
-        const int n = min_int(TC_BLOCK_C, Tk - j0);
+    for (int j0 = 0; j0 < Tk; j0 += TC_BWD_BLOCK_C) {
+        const int n = min_int(TC_BWD_BLOCK_C, Tk - j0);
         const uint16_t *K16 = p->k_bf16 + (kvh * Tk + j0) * d, *V16 = p->v_bf16 + (kvh * Tk + j0) * dv;
         widen(t->K, K16, (size_t)n * d);           /* K16_j (n, d) */
         widen_transposed(t->Kt, K16, n, d);        /* and as (d, n) */

@@ -7,11 +7,10 @@
 #include "host_device.h"
 
 #define TC_BLOCK_R 128    /* query rows per forward thread block (2 consumer warpgroups x 64) */
-#define TC_BLOCK_C 64     /* keys per backward thread block (stage 12's backward kernel) */
-#define TC_WG_BWD_BLOCK_C 128 /* keys per block of the wgmma backward (variant "wgmma"): two
-                                 consumer warpgroups of TC_BWD_WG_KEYS keys each */
-#define TC_BWD_WG_KEYS 64 /* keys of one of its consumer warpgroups (one wgmma M); each adds its
-                             own share of dQ, so dq is read-modify-written once per 64 keys */
+#define TC_BWD_BLOCK_C 128 /* keys per backward thread block: two consumer warpgroups of
+                              TC_BWD_WG_KEYS keys each */
+#define TC_BWD_WG_KEYS 64  /* keys of one consumer warpgroup (one wgmma M); each adds its own
+                              share of dQ, so dq is read-modify-written once per 64 keys */
 #define TC_FWD_BLOCK_C 128 /* keys per K/V tile in the forward: stage 12 takes 64; one Hopper wgmma
                               multiplies N = 128 keys at once, and a wider N reads Q from shared
                               memory half as often per multiply-add */

@@ -2,8 +2,8 @@
  * float32 accumulation, head dims 64 and 128, GQA) with stage 10's sliding window, sink tokens and
  * learned sinks, forward and backward with dsinks. Its parent is stage 12 (`flashlab diff 15`).
  *
- * NOT YET RUN ON A GPU: written and compiled in a session with no GPU time left; reference.c fixes
- * what it must compute, and `flashlab check 15 --device cuda` is its first test.
+ * reference.c fixes what it must compute; `flashlab check 15 --device cuda` checks it against the
+ * golden cases.
  *
  * New in stage 15 (tiles.h holds the mask both sides use):
  *   - the mask: row i sees the band [lo, hi) and the sink tokens [0, se) (tc_row_runs); inside a
@@ -691,7 +691,7 @@ static const StageImpl tc_cuda = {
     "",
     DEVICE_CUDA,
     "window + sink tokens + learned sinks in bf16 on tensor cores: band and sink tiles only, the sink "
-    "joins l after the walk, dsinks in the D pass (not yet run on a GPU)",
+    "joins l after the walk, dsinks in the D pass",
     FEAT_BACKWARD | FEAT_CAUSAL | FEAT_GQA | FEAT_WINDOW | FEAT_SINK_TOKENS | FEAT_SINKS,
     tc_forward,
     tc_backward,
