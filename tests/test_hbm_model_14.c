@@ -8,8 +8,9 @@
  * Usage: test_hbm_model_14 cpu|cuda (cuda: skipped with 77 without a Hopper GPU or in a build
  * without sm_90a). Both devices share one closed form: bf16 inputs are 2 bytes an element, o, lse,
  * D, dq, dk, dv 4 bytes; the kernels' tiles (stages/14_hopper/tiles.h) are 128 query rows and 128
- * keys in the forward, 64 query rows and 128 keys in the backward, whose two consumer warpgroups
- * of 64 keys each read-modify-write dq for their own keys (the reference counts the same). The problems are stage 12's (hbm_model_tc.c). The expected numbers are
+ * keys in the forward, 64 query rows and 128 keys in the backward, where dq is read-modify-written
+ * once per 128 keys at d = 64 (the two consumer warpgroups sum their shares first) and once per 64
+ * keys at d = 128 (each adds its own); the reference counts the same. The problems are stage 12's (hbm_model_tc.c). The expected numbers are
  * computed here from the doc's formulas, tile by tile, with test_keys_seen (docs/conventions.md)
  * deciding which tiles a causal walk visits; nothing is taken from the stage. */
 #include <stdint.h>
@@ -24,6 +25,9 @@
 /* The kernels' tiles (tiles.h), written out again. */
 enum { FWD_ROWS = 128, FWD_KEYS = 128, BWD_ROWS = 64, BWD_KEYS = 128, WG_KEYS = 64 };
 
+/* Keys per read-modify-write of dq: 128 at d = 64, 64 at d = 128. */
+static uint64_t dq_keys(const AttnProblem *p) { return p->d == 64 ? BWD_KEYS : WG_KEYS; }
+
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 /* ---- docs/hbm_model.md, stage 14, written out again ---------------------------------------- */
@@ -32,14 +36,13 @@ static uint64_t kv_rows_forward(const AttnProblem *p) { return tc_kv_rows_forwar
 
 /* Query rows one query head streams past the backward's key tiles: for each key tile of `keys`
  * from j0, the rows of every query tile of 64 whose last row sees key j0. With `per_adder`, each
- * such row counts once per 64 keys of the tile (ceil(tile keys / 64): the kernel's consumer
- * warpgroups that hold keys), which is how often those rows of dq are read-modified-written. */
+ * such row counts once per dq_keys keys of the tile (ceil(tile keys / dq_keys)), which is how often those rows of dq are read-modified-written. */
 static uint64_t q_rows_backward(const AttnProblem *p, int keys, int per_adder)
 {
     uint64_t sum = 0;
     for (int j0 = 0; j0 < p->Tk; j0 += keys) {
         const uint64_t n = min_u64((uint64_t)keys, (uint64_t)(p->Tk - j0));
-        const uint64_t times = per_adder ? (n + WG_KEYS - 1) / WG_KEYS : 1;
+        const uint64_t times = per_adder ? (n + dq_keys(p) - 1) / dq_keys(p) : 1;
         for (int i0 = 0; i0 < p->Tq; i0 += BWD_ROWS) {
             const uint64_t rows = min_u64(BWD_ROWS, (uint64_t)(p->Tq - i0));
             if (test_keys_seen(p, i0 + (int)rows - 1) > j0)
@@ -51,7 +54,7 @@ static uint64_t q_rows_backward(const AttnProblem *p, int keys, int per_adder)
 
 /* N = B Hq query heads, N_kv = B Hkv kv heads, K_f = kv_rows_forward; S = the query rows streamed
  * past the backward's key tiles and S_dq = the dq rows read-modified-written (q_rows_backward, per
- * query head): with 128-key tiles and dq added per 64 keys, S = q_rows(128) and S_dq =
+ * query head): with 128-key tiles and dq added per dq_keys keys, S = q_rows(128) and S_dq =
  * q_rows(128, per adder). Bytes:
  *   forward   read    = N (2 Tq d + 2 K_f (d + dv))       Q16 once, K16/V16 per visited tile
  *             written = N 4 Tq (dv + 1)                   o, lse

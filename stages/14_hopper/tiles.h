@@ -9,8 +9,11 @@
 #define TC_BLOCK_R 128    /* query rows per forward thread block (2 consumer warpgroups x 64) */
 #define TC_BWD_BLOCK_C 128 /* keys per backward thread block: two consumer warpgroups of
                               TC_BWD_WG_KEYS keys each */
-#define TC_BWD_WG_KEYS 64  /* keys of one consumer warpgroup (one wgmma M); each adds its own
-                              share of dQ, so dq is read-modify-written once per 64 keys */
+#define TC_BWD_WG_KEYS 64  /* keys of one consumer warpgroup (one wgmma M) */
+/* Keys whose share of dQ is added into dq at once (dq read-modify-written once per this many keys of
+ * a tile): at d = 64 the two consumer warpgroups sum their shares first (one add per 128 keys), at
+ * d = 128 each adds its own (per 64 keys; the buffer for the sum does not fit beside the stages) */
+#define TC_BWD_DQ_KEYS(d) ((d) == 64 ? TC_BWD_BLOCK_C : TC_BWD_WG_KEYS)
 #define TC_FWD_BLOCK_C 128 /* keys per K/V tile in the forward: stage 12 takes 64; one Hopper wgmma
                               multiplies N = 128 keys at once, and a wider N reads Q from shared
                               memory half as often per multiply-add */
