@@ -442,7 +442,7 @@ struct QueryWalk {
     __device__ int tile(int step) const { return first_tile + step % tiles_per_head; }
 };
 
-// After D (bwd_d_kernel), one block of three warpgroups per K/V tile
+// The kernel, after D (bwd_d_kernel): one block of three warpgroups per K/V tile
 // K_j, V_j (BC = 128 keys) of one kv head; it walks every query tile Q_i (BR = 64 rows) of every
 // query head of the group (stage 12's walk):
 //   warpgroup 0, the producer: one thread loads K_j and V_j once with TMA, then Q_i and dO_i of each
@@ -739,7 +739,7 @@ __device__ void consume_bwd(WgBwdSmem<D> &sm, const TcArgs &a, const QueryWalk &
         }
         wgmma_wait<0>();
         mbar_arrive(&sm.q_empty[st]); // every thread: its reads of lse_i, D_i are over (with one arrive
-                                      // per warp after __syncwarp, racecheck reported hazards on them)
+                                      // per warp after __syncwarp racecheck reported hazards: README)
     }
 
     // dK_c = scale dS^T Q and dV_c: written once, float32
