@@ -9,7 +9,7 @@
 unsigned attn_required_features(const AttnProblem *p)
 {
     unsigned f = 0;
-    if (p->dout)
+    if (attn_has_dout(p))
         f |= FEAT_BACKWARD;
     if (p->causal || p->window > 0)
         f |= FEAT_CAUSAL;

@@ -41,9 +41,14 @@ typedef struct {
     const int32_t *seq_lens;             /* (B) */
     /* bf16 copies of q, k, v and dout (bit patterns, rounded to nearest even; common/bf16.h), same
      * shapes and memory (host or device) as the float32 ones: set by the runner for a stage whose
-     * precision is PRECISION_BF16 (stage 12), else NULL. dout_bf16 only when dout is given. */
+     * precision is PRECISION_BF16 (stage 12), else NULL. dout_bf16 only when dout is given.
+     * A caller of the runner with bf16 inputs (libflashlab) may give these instead of the float32
+     * ones (q, k, v, dout NULL): the runner widens them for a float32 stage (runner.h). */
     const uint16_t *q_bf16, *k_bf16, *v_bf16, *dout_bf16;
 } AttnProblem;
+
+/* Whether p asks for the backward pass: dO given, as float32 or as bf16. */
+static inline int attn_has_dout(const AttnProblem *p) { return p->dout != NULL || p->dout_bf16 != NULL; }
 
 /* Outputs. The forward pass writes o and lse; the backward pass reads o and lse (written by the
  * forward pass of the same implementation) and writes dq, dk, dv and, when sinks are given, dsinks. */

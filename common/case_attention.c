@@ -443,9 +443,9 @@ int output_present(const AttnProblem *p, OutputId id)
     case OUT_DQ:
     case OUT_DK:
     case OUT_DV:
-        return p->dout != NULL;
+        return attn_has_dout(p);
     case OUT_DSINKS: /* a gradient: needs the backward pass and the sink logits */
-        return p->dout != NULL && p->sinks != NULL;
+        return attn_has_dout(p) && p->sinks != NULL;
     default:
         return 0;
     }

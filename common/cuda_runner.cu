@@ -1,6 +1,8 @@
-/* cuda_runner.cu — the device side of the runner (runner.h): copies a problem to the GPU (and, for
- * a bf16 stage, makes the bf16 copies of its inputs there), runs a CUDA stage on it with a device
- * HBM counter, copies the outputs and the counts back; and times a pass with CUDA events.
+/* cuda_runner.cu — the device side of the runner (runner.h): copies a problem to the GPU, or checks
+ * the caller's device arrays (RunnerArrays), gives the stage its inputs in its precision (bf16
+ * copies for a bf16 stage, float32 widened from bf16 inputs for a float32 one), runs a CUDA stage
+ * on it with a device HBM counter, copies the outputs and the counts back; and times a pass with
+ * CUDA events.
  * runner.c has already checked the stage's features and head dims.
  *
  * Every CUDA call is checked; every path frees what it allocated. */
@@ -49,150 +51,211 @@ static size_t v_numel(const AttnProblem *p) { return attn_v_numel(p); }
 static size_t o_numel(const AttnProblem *p) { return (size_t)p->B * p->Hq * p->Tq * p->dv; }
 static size_t lse_numel(const AttnProblem *p) { return (size_t)p->B * p->Hq * p->Tq; }
 
+enum { DEVICE_RUN_MAX_OWNED = 24 };
+
 /* Everything one run holds on the device; zero-initialised means nothing allocated. */
 typedef struct {
     AttnProblem p;      /* sizes as given, pointers into device memory */
     AttnTensors t;      /* device outputs (grads only when the backward pass runs) */
     unsigned long long *counter; /* [read, written] */
     void *workspace;
+    void *owned[DEVICE_RUN_MAX_OWNED]; /* the arrays this run allocated (copies, conversions, outputs);
+                                          the caller's device arrays are not among them */
+    int n_owned;
 } DeviceRun;
 
 static void device_run_free(DeviceRun *r)
 {
-    cudaFree((void *)r->p.q);
-    cudaFree((void *)r->p.k);
-    cudaFree((void *)r->p.v);
-    cudaFree((void *)r->p.sinks);
-    cudaFree((void *)r->p.dout);
-    cudaFree((void *)r->p.block_table);
-    cudaFree((void *)r->p.seq_lens);
-    cudaFree((void *)r->p.q_bf16);
-    cudaFree((void *)r->p.k_bf16);
-    cudaFree((void *)r->p.v_bf16);
-    cudaFree((void *)r->p.dout_bf16);
-    cudaFree(r->t.o);
-    cudaFree(r->t.lse);
-    cudaFree(r->t.dq);
-    cudaFree(r->t.dk);
-    cudaFree(r->t.dv);
-    cudaFree(r->t.dsinks);
+    for (int i = 0; i < r->n_owned; i++)
+        cudaFree(r->owned[i]);
     cudaFree(r->counter);
     cudaFree(r->workspace);
     memset(r, 0, sizeof *r);
 }
 
+/* `bytes` of device memory that r owns (freed by device_run_free); NULL for 0 bytes. */
+static int owned_alloc(DeviceRun *r, void **dst, size_t bytes, const char *what, FlError *err)
+{
+    if (r->n_owned == DEVICE_RUN_MAX_OWNED)
+        return fl_fail(err, FL_BAD_INPUT, "%s: more than %d device arrays in one run", what, DEVICE_RUN_MAX_OWNED);
+    int rc = fl_cuda_alloc_bytes(dst, bytes, what, err);
+    if (rc == FL_OK && *dst)
+        r->owned[r->n_owned++] = *dst;
+    return rc;
+}
+
+/* Replaces slot, a host array of n elements (or NULL, left as it is), with a device copy r owns. */
+template <class T>
+static int upload_input(DeviceRun *r, const T *&slot, size_t n, const char *what, FlError *err)
+{
+    const T *host = slot;
+    if (!host || n == 0)
+        return FL_OK;
+    void *dev = NULL;
+    slot = NULL;
+    int rc = owned_alloc(r, &dev, n * sizeof(T), what, err);
+    if (rc == FL_OK)
+        rc = fl_cuda_status(cudaMemcpy(dev, host, n * sizeof(T), cudaMemcpyHostToDevice), what, err);
+    slot = (const T *)dev;
+    return rc;
+}
+
 /* A paged problem's block table and sequence lengths (int32). */
-static int upload_page_index(const AttnProblem *host, DeviceRun *r, FlError *err)
+static int upload_page_index(DeviceRun *r, FlError *err)
 {
-    void *table = NULL, *lens = NULL;
-    int rc = fl_cuda_upload_bytes(&table, host->block_table,
-                                  (size_t)host->B * host->max_pages * sizeof(int32_t),
-                                  "copying block_table to the device", err);
-    r->p.block_table = (const int32_t *)table;
+    int rc = upload_input(r, r->p.block_table, (size_t)r->p.B * r->p.max_pages, "copying block_table to the device",
+                          err);
     if (rc == FL_OK)
-        rc = fl_cuda_upload_bytes(&lens, host->seq_lens, (size_t)host->B * sizeof(int32_t),
-                                  "copying seq_lens to the device", err);
-    r->p.seq_lens = (const int32_t *)lens;
+        rc = upload_input(r, r->p.seq_lens, (size_t)r->p.B, "copying seq_lens to the device", err);
     return rc;
 }
 
-/* Copies the inputs up (dout only when the backward pass will run). */
-static int upload_inputs(const AttnProblem *host, int with_dout, DeviceRun *r, FlError *err)
+/* Copies the inputs up, in whichever form (float32, bf16) they were given (dout only when the
+ * backward pass will run). */
+static int upload_inputs(DeviceRun *r, FlError *err)
 {
-    float *q, *k, *v, *sinks = NULL, *dout = NULL;
-    r->p = *host;
-    r->p.q = r->p.k = r->p.v = r->p.sinks = r->p.dout = NULL;
-    r->p.block_table = r->p.seq_lens = NULL;
-    r->p.q_bf16 = r->p.k_bf16 = r->p.v_bf16 = r->p.dout_bf16 = NULL;
-    int rc = fl_cuda_upload_floats(&q, host->q, q_numel(host), "copying q to the device", err);
-    r->p.q = q;
+    const AttnProblem host = r->p;
+    int rc = upload_input(r, r->p.q, q_numel(&host), "copying q to the device", err);
     if (rc == FL_OK)
-        rc = fl_cuda_upload_floats(&k, host->k, k_numel(host), "copying k to the device", err);
+        rc = upload_input(r, r->p.k, k_numel(&host), "copying k to the device", err);
     if (rc == FL_OK)
-        r->p.k = k;
+        rc = upload_input(r, r->p.v, v_numel(&host), "copying v to the device", err);
     if (rc == FL_OK)
-        rc = fl_cuda_upload_floats(&v, host->v, v_numel(host), "copying v to the device", err);
+        rc = upload_input(r, r->p.sinks, (size_t)host.Hq, "copying sinks to the device", err);
     if (rc == FL_OK)
-        r->p.v = v;
-    if (rc == FL_OK && host->sinks)
-        rc = fl_cuda_upload_floats(&sinks, host->sinks, (size_t)host->Hq, "copying sinks to the device", err);
-    r->p.sinks = sinks;
-    if (rc == FL_OK && with_dout && host->dout)
-        rc = fl_cuda_upload_floats(&dout, host->dout, o_numel(host), "copying dO to the device", err);
-    r->p.dout = dout;
-    if (rc == FL_OK && host->page_size > 0)
-        rc = upload_page_index(host, r, err);
+        rc = upload_input(r, r->p.dout, o_numel(&host), "copying dO to the device", err);
+    if (rc == FL_OK)
+        rc = upload_input(r, r->p.q_bf16, q_numel(&host), "copying q (bf16) to the device", err);
+    if (rc == FL_OK)
+        rc = upload_input(r, r->p.k_bf16, k_numel(&host), "copying k (bf16) to the device", err);
+    if (rc == FL_OK)
+        rc = upload_input(r, r->p.v_bf16, v_numel(&host), "copying v (bf16) to the device", err);
+    if (rc == FL_OK)
+        rc = upload_input(r, r->p.dout_bf16, o_numel(&host), "copying dO (bf16) to the device", err);
+    if (rc == FL_OK && host.page_size > 0)
+        rc = upload_page_index(r, err);
     return rc;
 }
 
-/* ---- bf16 inputs (a stage whose precision is PRECISION_BF16) --------------------------------- */
+/* ---- inputs in the stage's precision (bf16 for a PRECISION_BF16 stage, else float32) ---------- */
 
-/* y[i] = bf16_from_float(x[i]), the same rounding rule as the host (common/bf16.h); a grid-stride
- * loop, so any grid covers any n. */
-static __global__ void bf16_from_float_kernel(const float *x, uint16_t *y, size_t n)
+/* One element of another form: bf16 rounded from float32 (the host's rule, common/bf16.h), or
+ * float32 widened (exactly) from bf16. */
+static __device__ inline void convert_element(float x, uint16_t *y) { *y = bf16_from_float(x); }
+static __device__ inline void convert_element(uint16_t x, float *y) { *y = bf16_to_float(x); }
+
+/* y[i] = x[i] in the other form; a grid-stride loop, so any grid covers any n. */
+template <class From, class To>
+static __global__ void convert_kernel(const From *x, To *y, size_t n)
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        y[i] = bf16_from_float(x[i]);
+        convert_element(x[i], &y[i]);
 }
 
-/* *dst = a new device array of the n bf16 patterns of the device array x (NULL when x is NULL). */
-static int device_bf16(const uint16_t **dst, const float *x, size_t n, const char *what, FlError *err)
+/* When dst is NULL and src is not: dst = a new device array (owned by r) of the n elements of src
+ * converted to To. */
+template <class From, class To>
+static int device_converted(DeviceRun *r, const To *&dst, const From *src, size_t n, const char *what,
+                            FlError *err)
 {
-    *dst = NULL;
-    if (!x || n == 0)
+    if (dst || !src || n == 0)
         return FL_OK;
     void *y = NULL;
-    int rc = fl_cuda_alloc_bytes(&y, n * sizeof(uint16_t), what, err);
+    int rc = owned_alloc(r, &y, n * sizeof(To), what, err);
     if (rc != FL_OK)
         return rc;
-    *dst = (const uint16_t *)y;
+    dst = (const To *)y;
     const int threads = 256;
     const size_t blocks = (n + threads - 1) / threads < 4096 ? (n + threads - 1) / threads : 4096;
-    bf16_from_float_kernel<<<(unsigned)blocks, threads>>>(x, (uint16_t *)y, n);
+    convert_kernel<<<(unsigned)blocks, threads>>>(src, (To *)y, n);
     return fl_cuda_launch_status(what, err);
 }
 
-/* The bf16 copies of the device inputs q, k, v (and dout when it was uploaded), made once after
- * the upload; freed by device_run_free. Not counted: the stage's counters start after them. */
-static int convert_inputs_bf16(DeviceRun *r, FlError *err)
+/* One input in the form the stage reads: a bf16 stage needs h (made from f when missing), a
+ * float32 stage f (made from h when missing). */
+static int in_stage_precision(DeviceRun *r, int bf16_stage, const float *&f, const uint16_t *&h, size_t n,
+                              const char *name, FlError *err)
 {
-    int rc = device_bf16(&r->p.q_bf16, r->p.q, q_numel(&r->p), "converting q to bf16", err);
+    char what[64];
+    snprintf(what, sizeof what, "converting %s to %s", name, bf16_stage ? "bf16" : "float32");
+    return bf16_stage ? device_converted(r, h, f, n, what, err) : device_converted(r, f, h, n, what, err);
+}
+
+/* q, k, v and dout (when the backward pass runs) in the stage's precision, made once before the
+ * first pass; freed by device_run_free. Not counted: the stage's counters start after them. */
+static int inputs_in_stage_precision(const StageImpl *impl, DeviceRun *r, FlError *err)
+{
+    const int bf16 = impl->precision == PRECISION_BF16;
+    AttnProblem *p = &r->p;
+    int rc = in_stage_precision(r, bf16, p->q, p->q_bf16, q_numel(p), "q", err);
     if (rc == FL_OK)
-        rc = device_bf16(&r->p.k_bf16, r->p.k, k_numel(&r->p), "converting k to bf16", err);
+        rc = in_stage_precision(r, bf16, p->k, p->k_bf16, k_numel(p), "k", err);
     if (rc == FL_OK)
-        rc = device_bf16(&r->p.v_bf16, r->p.v, v_numel(&r->p), "converting v to bf16", err);
+        rc = in_stage_precision(r, bf16, p->v, p->v_bf16, v_numel(p), "v", err);
     if (rc == FL_OK)
-        rc = device_bf16(&r->p.dout_bf16, r->p.dout, o_numel(&r->p), "converting dO to bf16", err);
+        rc = in_stage_precision(r, bf16, p->dout, p->dout_bf16, o_numel(p), "dO", err);
     if (rc == FL_OK)
-        rc = fl_cuda_status(cudaDeviceSynchronize(), "converting the inputs to bf16", err);
+        rc = fl_cuda_status(cudaDeviceSynchronize(), "converting the inputs to the stage's precision", err);
     return rc;
 }
 
-/* One poisoned device output (0xFF bytes = NaN), so an element the stage never writes fails the check. */
+/* ---- the outputs ------------------------------------------------------------------------------ */
+
+/* n floats at x (NULL: nothing) set to NaN (0xFF bytes), so an element a stage never writes shows. */
+static int poison(float *x, size_t n, const char *what, FlError *err)
+{
+    return x ? fl_cuda_status(cudaMemset(x, 0xFF, n * sizeof(float)), what, err) : FL_OK;
+}
+
+/* A new poisoned device array of n floats (a step's output). */
 static int alloc_poisoned(float **dst, size_t n, const char *what, FlError *err)
 {
     int rc = fl_cuda_alloc_floats(dst, n, what, err);
-    if (rc == FL_OK && *dst)
-        rc = fl_cuda_status(cudaMemset(*dst, 0xFF, n * sizeof(float)), what, err);
+    return rc == FL_OK ? poison(*dst, n, what, err) : rc;
+}
+
+/* One output: the caller's device array (in_place) or a new one owned by r, poisoned either way. */
+static int output(DeviceRun *r, float *&slot, float *caller, int in_place, size_t n, const char *what,
+                  FlError *err)
+{
+    void *dev = caller;
+    int rc = in_place ? FL_OK : owned_alloc(r, &dev, n * sizeof(float), what, err);
+    slot = (float *)dev;
+    return rc == FL_OK ? poison(slot, n, what, err) : rc;
+}
+
+/* The forward's o and lse handed to a backward run alone: used in place, or copied up. */
+static int given_o_lse(DeviceRun *r, const AttnTensors *t, int in_place, FlError *err)
+{
+    const float *o = t->o, *lse = t->lse;
+    int rc = FL_OK;
+    if (!in_place)
+        rc = upload_input(r, o, o_numel(&r->p), "copying o to the device", err);
+    if (rc == FL_OK && !in_place)
+        rc = upload_input(r, lse, lse_numel(&r->p), "copying lse to the device", err);
+    r->t.o = (float *)o, r->t.lse = (float *)lse; /* read only: the backward pass never writes them */
     return rc;
 }
 
-/* o and lse always; dq, dk, dv (and dsinks with sinks) when the backward pass runs. */
-static int alloc_outputs(const AttnProblem *p, int with_grads, DeviceRun *r, FlError *err)
+/* o and lse (or the given ones), and dq, dk, dv (and dsinks with sinks) when the backward pass runs. */
+static int setup_outputs(const AttnTensors *t, const RunnerArrays *a, int with_grads, DeviceRun *r,
+                         FlError *err)
 {
-    int rc = alloc_poisoned(&r->t.o, o_numel(p), "allocating o", err);
-    if (rc == FL_OK)
-        rc = alloc_poisoned(&r->t.lse, lse_numel(p), "allocating lse", err);
+    const AttnProblem *p = &r->p;
+    const int in_place = a->device_memory, given = with_grads && a->given_o_lse;
+    int rc = given ? given_o_lse(r, t, in_place, err) : output(r, r->t.o, t->o, in_place, o_numel(p), "allocating o", err);
+    if (rc == FL_OK && !given)
+        rc = output(r, r->t.lse, t->lse, in_place, lse_numel(p), "allocating lse", err);
     if (rc != FL_OK || !with_grads)
         return rc;
-    rc = alloc_poisoned(&r->t.dq, q_numel(p), "allocating dq", err);
+    rc = output(r, r->t.dq, t->dq, in_place, q_numel(p), "allocating dq", err);
     if (rc == FL_OK)
-        rc = alloc_poisoned(&r->t.dk, k_numel(p), "allocating dk", err);
+        rc = output(r, r->t.dk, t->dk, in_place, k_numel(p), "allocating dk", err);
     if (rc == FL_OK)
-        rc = alloc_poisoned(&r->t.dv, v_numel(p), "allocating dv", err);
+        rc = output(r, r->t.dv, t->dv, in_place, v_numel(p), "allocating dv", err);
     if (rc == FL_OK && p->sinks)
-        rc = alloc_poisoned(&r->t.dsinks, (size_t)p->Hq, "allocating dsinks", err);
+        rc = output(r, r->t.dsinks, t->dsinks, in_place, (size_t)p->Hq, "allocating dsinks", err);
     return rc;
 }
 
@@ -289,11 +352,12 @@ static int download(float *host, const float *dev, size_t n, const char *what, F
     return fl_cuda_status(cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost), what, err);
 }
 
-static int download_outputs(const AttnProblem *p, const AttnTensors *dev, AttnTensors *host,
+/* The outputs back to the host: o and lse unless the caller gave them, the gradients when present. */
+static int download_outputs(const AttnProblem *p, const AttnTensors *dev, AttnTensors *host, int with_o_lse,
                             FlError *err)
 {
-    int rc = download(host->o, dev->o, o_numel(p), "copying o to the host", err);
-    if (rc == FL_OK)
+    int rc = with_o_lse ? download(host->o, dev->o, o_numel(p), "copying o to the host", err) : FL_OK;
+    if (rc == FL_OK && with_o_lse)
         rc = download(host->lse, dev->lse, lse_numel(p), "copying lse to the host", err);
     if (rc == FL_OK)
         rc = download(host->dq, dev->dq, q_numel(p), "copying dq to the host", err);
@@ -308,28 +372,81 @@ static int download_outputs(const AttnProblem *p, const AttnTensors *dev, AttnTe
 
 static int wants_backward(const StageImpl *impl, Direction dir, const AttnProblem *p)
 {
-    return dir == DIR_BWD && p->dout && impl->backward;
+    return dir == DIR_BWD && attn_has_dout(p) && impl->backward;
 }
 
-/* Inputs (and a bf16 stage's bf16 copies), outputs and the counter on the device. */
-static int device_run_setup(const StageImpl *impl, Direction dir, const AttnProblem *p, DeviceRun *r,
-                            FlError *err)
+/* ---- the caller's device arrays (RunnerArrays.device_memory) ---------------------------------- */
+
+/* FL_OK when x is NULL, or CUDA device (or managed) memory of `device`, 16-byte aligned as
+ * cudaMalloc's arrays are (the kernels load 16 bytes at a time); else FL_BAD_INPUT naming it. */
+static int check_device_array(const void *x, const char *name, int device, FlError *err)
 {
-    int bwd = wants_backward(impl, dir, p);
+    if (!x)
+        return FL_OK;
+    cudaPointerAttributes attr;
+    cudaError_t status = cudaPointerGetAttributes(&attr, x);
+    if (status != cudaSuccess) {
+        cudaGetLastError(); /* clear it: the pointer was the problem, not the device */
+        return fl_fail(err, FL_BAD_INPUT, "%s (%p) is not CUDA memory: %s", name, x, cudaGetErrorString(status));
+    }
+    if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
+        return fl_fail(err, FL_BAD_INPUT, "%s (%p) is %s, not CUDA device memory", name, x,
+                       attr.type == cudaMemoryTypeHost ? "page-locked host memory" : "host memory");
+    if (attr.device != device)
+        return fl_fail(err, FL_BAD_INPUT, "%s (%p) is on CUDA device %d; the library runs on the calling "
+                       "thread's current device, %d", name, x, attr.device, device);
+    if ((uintptr_t)x % 16 != 0)
+        return fl_fail(err, FL_BAD_INPUT, "%s (%p) is not 16-byte aligned (cudaMalloc's arrays are; a view "
+                       "into one at an odd offset may not be)", name, x);
+    return FL_OK;
+}
+
+/* Every array of p and t, checked by check_device_array. */
+static int check_device_arrays(const AttnProblem *p, const AttnTensors *t, FlError *err)
+{
+    const void *arrays[] = {p->q, p->k, p->v, p->sinks, p->dout, p->q_bf16, p->k_bf16, p->v_bf16, p->dout_bf16,
+                            p->block_table, p->seq_lens, t->o, t->lse, t->dq, t->dk, t->dv, t->dsinks};
+    const char *names[] = {"q", "k", "v", "sinks", "dout", "q (bf16)", "k (bf16)", "v (bf16)", "dout (bf16)",
+                           "block_table", "seq_lens", "o", "lse", "dq", "dk", "dv", "dsinks"};
+    int device = 0;
+    int rc = fl_cuda_status(cudaGetDevice(&device), "reading the current device", err);
+    for (size_t i = 0; rc == FL_OK && i < sizeof arrays / sizeof arrays[0]; i++)
+        rc = check_device_array(arrays[i], names[i], device, err);
+    return rc;
+}
+
+/* The caller's stream, finished before the run starts (NULL: nothing to wait for). */
+static int wait_for_stream(void *stream, FlError *err)
+{
+    if (!stream)
+        return FL_OK;
+    return fl_cuda_status(cudaStreamSynchronize((cudaStream_t)stream), "waiting for the caller's stream", err);
+}
+
+/* ---- one run ---------------------------------------------------------------------------------- */
+
+/* Inputs (copied up unless already on the device, then in the stage's precision), outputs and the
+ * counter on the device. */
+static int device_run_setup(const StageImpl *impl, const AttnProblem *p, const AttnTensors *t,
+                            const RunnerArrays *a, int bwd, DeviceRun *r, FlError *err)
+{
     memset(r, 0, sizeof *r);
-    int rc = upload_inputs(p, bwd, r, err);
-    if (rc == FL_OK && impl->precision == PRECISION_BF16)
-        rc = convert_inputs_bf16(r, err);
+    r->p = *p;
+    if (!bwd)
+        r->p.dout = NULL, r->p.dout_bf16 = NULL;
+    int rc = a->device_memory ? FL_OK : upload_inputs(r, err);
     if (rc == FL_OK)
-        rc = alloc_outputs(p, bwd, r, err);
+        rc = inputs_in_stage_precision(impl, r, err);
+    if (rc == FL_OK)
+        rc = setup_outputs(t, a, bwd, r, err);
     if (rc == FL_OK)
         rc = fl_cuda_status(cudaMalloc((void **)&r->counter, 2 * sizeof(unsigned long long)),
                             "allocating the HBM counter", err);
     return rc;
 }
 
-extern "C" int cuda_runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p,
-                               AttnTensors *t, const RunCtx *opts, RunStats *stats, FlError *err)
+extern "C" int cuda_runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnTensors *t,
+                               const RunnerArrays *arrays, const RunCtx *opts, RunStats *stats, FlError *err)
 {
     if (!cuda_device_available())
         return no_device(impl, err);
@@ -337,15 +454,21 @@ extern "C" int cuda_runner_run(const StageImpl *impl, Direction dir, const AttnP
     if (!stats)
         stats = &local;
     memset(stats, 0, sizeof *stats);
+    const int bwd = wants_backward(impl, dir, p), fwd = !(bwd && arrays->given_o_lse);
     DeviceRun r;
+    memset(&r, 0, sizeof r);
     RunCtx ctx = device_ctx(opts);
-    int rc = device_run_setup(impl, dir, p, &r, err);
+    int rc = arrays->device_memory ? check_device_arrays(p, t, err) : FL_OK;
     if (rc == FL_OK)
+        rc = wait_for_stream(arrays->stream, err);
+    if (rc == FL_OK)
+        rc = device_run_setup(impl, p, t, arrays, bwd, &r, err);
+    if (rc == FL_OK && fwd)
         rc = run_pass(impl, DIR_FWD, &r, &ctx, &stats->fwd, &stats->extra_bytes_fwd, err);
-    if (rc == FL_OK && wants_backward(impl, dir, p))
+    if (rc == FL_OK && bwd)
         rc = run_pass(impl, DIR_BWD, &r, &ctx, &stats->bwd, &stats->extra_bytes_bwd, err);
-    if (rc == FL_OK)
-        rc = download_outputs(p, &r.t, t, err);
+    if (rc == FL_OK && !arrays->device_memory)
+        rc = download_outputs(p, &r.t, t, fwd, err);
     device_run_free(&r);
     return rc;
 }
@@ -408,7 +531,9 @@ extern "C" int cuda_runner_time(const StageImpl *impl, Direction dir, const Attn
     DeviceRun r;
     RunCtx ctx = device_ctx(opts); /* hbm_dev stays NULL: counting off while timing */
     ctx.rank_counters = NULL;
-    int rc = device_run_setup(impl, dir, p, &r, err);
+    const RunnerArrays host_arrays = {0};
+    const AttnTensors new_outputs = {0};
+    int rc = device_run_setup(impl, p, &new_outputs, &host_arrays, wants_backward(impl, dir, p), &r, err);
     if (rc == FL_OK) { /* one workspace, the larger of the passes' */
         size_t bytes = pass_workspace_bytes(impl, DIR_FWD, &r, &ctx);
         if (dir == DIR_BWD && pass_workspace_bytes(impl, DIR_BWD, &r, &ctx) > bytes)

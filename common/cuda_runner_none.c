@@ -19,9 +19,9 @@ const char *cuda_device_description(void)
 }
 
 int cuda_runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnTensors *t,
-                    const RunCtx *opts, RunStats *stats, FlError *err)
+                    const RunnerArrays *arrays, const RunCtx *opts, RunStats *stats, FlError *err)
 {
-    (void)dir, (void)p, (void)t, (void)opts, (void)stats;
+    (void)dir, (void)p, (void)t, (void)arrays, (void)opts, (void)stats;
     return no_cuda(impl, err);
 }
 

@@ -1,7 +1,8 @@
 /* runner.c — runs one stage implementation on one problem (CPU here; CUDA in cuda_runner.cu).
  *
  * The runner checks that the implementation supports what the problem asks for (features, head
- * dims), makes the bf16 copies of the inputs for a bf16 stage, allocates the stage's workspace,
+ * dims), gives the stage its inputs in its precision (bf16 copies for a bf16 stage, float32 ones
+ * widened from bf16 inputs for a float32 stage), allocates the stage's workspace,
  * points the HBM counter somewhere, and records what each pass counted. */
 #include "runner.h"
 
@@ -68,7 +69,7 @@ static int check_head_dims(const StageImpl *impl, const AttnProblem *p, FlError 
                    device_name(impl->device), dims, p->d, p->dv);
 }
 
-/* ---- bf16 inputs (a stage whose precision is PRECISION_BF16) ---------------------------------- */
+/* ---- inputs in the stage's precision (bf16 for a PRECISION_BF16 stage, else float32) ---------- */
 
 /* n bf16 patterns of x (round to nearest even, common/bf16.h); NULL when out of memory. */
 static uint16_t *host_bf16(const float *x, size_t n)
@@ -79,35 +80,60 @@ static uint16_t *host_bf16(const float *x, size_t n)
     return y;
 }
 
-static void bf16_inputs_free(AttnProblem *p)
+/* n floats widened (exactly) from the bf16 patterns x; NULL when out of memory. */
+static float *host_widened(const uint16_t *x, size_t n)
 {
-    free((void *)p->q_bf16);
-    free((void *)p->k_bf16);
-    free((void *)p->v_bf16);
-    free((void *)p->dout_bf16);
-    p->q_bf16 = p->k_bf16 = p->v_bf16 = p->dout_bf16 = NULL;
+    float *y = malloc((n ? n : 1) * sizeof *y);
+    for (size_t i = 0; y && i < n; i++)
+        y[i] = bf16_to_float(x[i]);
+    return y;
 }
 
-/* *out = *p, with the bf16 copies of q, k, v (and of dout when with_dout) when impl computes in
- * bf16; without them (NULL) otherwise. Free with bf16_inputs_free. */
-static int bf16_inputs(const StageImpl *impl, const AttnProblem *p, int with_dout, AttnProblem *out,
-                       FlError *err)
+/* One input in the form the stage reads: a bf16 stage needs *h (made from *f when missing), a
+ * float32 stage *f (made from *h when missing). 0 when out of memory. */
+static int host_in_precision(int bf16_stage, const float **f, const uint16_t **h, size_t n)
+{
+    if (bf16_stage && !*h && *f)
+        return (*h = host_bf16(*f, n)) != NULL;
+    if (!bf16_stage && !*f && *h)
+        return (*f = host_widened(*h, n)) != NULL;
+    return 1;
+}
+
+static void free_if_made(const void *run, const void *given)
+{
+    if (run != given)
+        free((void *)run);
+}
+
+/* Frees the copies stage_inputs made: the inputs of run that given did not hold. */
+static void stage_inputs_free(const AttnProblem *given, AttnProblem *run)
+{
+    free_if_made(run->q, given->q), free_if_made(run->k, given->k);
+    free_if_made(run->v, given->v), free_if_made(run->dout, given->dout);
+    free_if_made(run->q_bf16, given->q_bf16), free_if_made(run->k_bf16, given->k_bf16);
+    free_if_made(run->v_bf16, given->v_bf16), free_if_made(run->dout_bf16, given->dout_bf16);
+    *run = *given;
+}
+
+/* *out = *p with q, k, v (and dout when with_dout) in the form impl reads (runner.h,
+ * runner_run_arrays): the ones p gives, or host copies converted from the other form. Free with
+ * stage_inputs_free(p, out). */
+static int stage_inputs(const StageImpl *impl, const AttnProblem *p, int with_dout, AttnProblem *out,
+                        FlError *err)
 {
     *out = *p;
-    out->q_bf16 = out->k_bf16 = out->v_bf16 = out->dout_bf16 = NULL;
-    if (impl->precision != PRECISION_BF16)
-        return FL_OK;
+    const int bf16 = impl->precision == PRECISION_BF16;
     const size_t rows = (size_t)p->B * p->Hq * p->Tq;
-    const int dout = with_dout && p->dout;
-    out->q_bf16 = host_bf16(p->q, rows * p->d);
-    out->k_bf16 = host_bf16(p->k, attn_k_numel(p));
-    out->v_bf16 = host_bf16(p->v, attn_v_numel(p));
-    out->dout_bf16 = dout ? host_bf16(p->dout, rows * p->dv) : NULL;
-    if (out->q_bf16 && out->k_bf16 && out->v_bf16 && (!dout || out->dout_bf16))
+    const int ok = host_in_precision(bf16, &out->q, &out->q_bf16, rows * p->d) &&
+                   host_in_precision(bf16, &out->k, &out->k_bf16, attn_k_numel(p)) &&
+                   host_in_precision(bf16, &out->v, &out->v_bf16, attn_v_numel(p)) &&
+                   (!with_dout || host_in_precision(bf16, &out->dout, &out->dout_bf16, rows * p->dv));
+    if (ok)
         return FL_OK;
-    bf16_inputs_free(out);
-    return fl_fail(err, FL_BAD_INPUT, "stage %s (%s): out of memory for the bf16 copies of the inputs",
-                   impl->stage, impl->name);
+    stage_inputs_free(p, out);
+    return fl_fail(err, FL_BAD_INPUT, "stage %s (%s): out of memory for the %s copies of the inputs",
+                   impl->stage, impl->name, bf16 ? "bf16" : "float32");
 }
 
 static size_t workspace_size(const StageImpl *impl, const AttnProblem *p, const RunCtx *ctx,
@@ -195,28 +221,43 @@ int runner_check(const StageImpl *impl, Direction dir, const AttnProblem *p, FlE
 int runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnTensors *t,
                const RunCtx *opts, RunStats *stats, FlError *err)
 {
+    return runner_run_arrays(impl, dir, p, t, NULL, opts, stats, err);
+}
+
+int runner_run_arrays(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnTensors *t,
+                      const RunnerArrays *arrays, const RunCtx *opts, RunStats *stats, FlError *err)
+{
+    static const RunnerArrays host_arrays = {0};
     RunStats local = {0};
+    if (!arrays)
+        arrays = &host_arrays;
     if (!stats)
         stats = &local;
     memset(stats, 0, sizeof *stats);
+    if (impl->device == DEVICE_CPU && arrays->device_memory)
+        return fl_fail(err, FL_BAD_INPUT, "stage %s (%s%s%s, cpu) reads host memory and was given CUDA device "
+                       "pointers: run it on device \"cuda\", or pass host arrays", impl->stage, impl->name,
+                       impl->variant[0] ? " " : "", impl->variant);
     const AttnProblem bounded = attn_problem_bounded(p);
     p = &bounded;
     int rc = runner_check(impl, dir, p, err);
     if (rc != FL_OK)
         return rc;
     if (impl->device == DEVICE_CUDA)
-        return cuda_runner_run(impl, dir, p, t, opts, stats, err);
+        return cuda_runner_run(impl, dir, p, t, arrays, opts, stats, err);
 
     RunCtx ctx = ctx_with_defaults(opts);
-    const int backward = dir == DIR_BWD && p->dout && impl->backward;
-    AttnProblem run; /* p, with bf16 copies of the inputs for a bf16 stage */
-    rc = bf16_inputs(impl, p, backward, &run, err);
+    const int backward = dir == DIR_BWD && attn_has_dout(p) && impl->backward;
+    const int forward = !(backward && arrays->given_o_lse);
+    AttnProblem run; /* p, with its inputs in the stage's precision */
+    rc = stage_inputs(impl, p, backward, &run, err);
     if (rc != FL_OK)
         return rc;
-    rc = run_pass(impl, DIR_FWD, &run, t, &ctx, &stats->fwd, &stats->extra_bytes_fwd, err);
+    if (forward)
+        rc = run_pass(impl, DIR_FWD, &run, t, &ctx, &stats->fwd, &stats->extra_bytes_fwd, err);
     if (rc == FL_OK && backward)
         rc = run_pass(impl, DIR_BWD, &run, t, &ctx, &stats->bwd, &stats->extra_bytes_bwd, err);
-    bf16_inputs_free(&run);
+    stage_inputs_free(p, &run);
     return rc;
 }
 
@@ -233,8 +274,8 @@ int runner_outputs_alloc(const AttnProblem *p, Tensor out[], AttnTensors *t, FlE
 {
     float **slot[OUT_COUNT] = {&t->o, &t->lse, &t->dq, &t->dk, &t->dv, &t->dsinks};
     memset(t, 0, sizeof *t);
+    memset(out, 0, OUT_COUNT * sizeof out[0]); /* all empty, so a failure part way frees only what was made */
     for (int id = 0; id < OUT_COUNT; id++) {
-        memset(&out[id], 0, sizeof out[id]);
         if (!output_present(p, (OutputId)id))
             continue;
         int64_t shape[TENSOR_MAX_DIMS];
@@ -264,8 +305,9 @@ static int preflight_problem(const AttnProblem *p, Direction dir, Tensor in[4], 
     const int64_t shapes[4][4] = {{1, small->Hq, small->Tq, p->d}, {1, 1, small->Tk, p->d},
                                   {1, 1, small->Tk, p->dv}, {1, small->Hq, small->Tq, p->dv}};
     const float **slot[4] = {&small->q, &small->k, &small->v, &small->dout};
+    small->q_bf16 = small->k_bf16 = small->v_bf16 = small->dout_bf16 = NULL; /* made from the zeros */
     for (int i = 0; i < 4; i++) {
-        if (i == 3 && !(dir == DIR_BWD && p->dout)) {
+        if (i == 3 && !(dir == DIR_BWD && attn_has_dout(p))) {
             small->dout = NULL;
             continue;
         }
@@ -359,8 +401,8 @@ static int time_cpu(const StageImpl *impl, Direction dir, const AttnProblem *p, 
         return rc;
     RunCtx ctx = ctx_with_defaults(opts);
     ctx.rank_counters = NULL; /* counting off while timing */
-    AttnProblem run; /* bf16 copies made once, before the clock starts */
-    rc = bf16_inputs(impl, p, dir == DIR_BWD, &run, err);
+    AttnProblem run; /* inputs in the stage's precision, made once, before the clock starts */
+    rc = stage_inputs(impl, p, dir == DIR_BWD, &run, err);
     if (rc != FL_OK) {
         runner_outputs_free(out);
         return rc;
@@ -370,7 +412,7 @@ static int time_cpu(const StageImpl *impl, Direction dir, const AttnProblem *p, 
     if (rc == FL_OK)
         rc = time_calls(attn_call, &call, warmup, reps, median, err);
     free(ctx.workspace);
-    bf16_inputs_free(&run);
+    stage_inputs_free(p, &run);
     runner_outputs_free(out);
     return rc;
 }
@@ -381,7 +423,7 @@ int runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, cons
     if (reps < 1 || warmup < 0)
         return fl_fail(err, FL_BAD_INPUT, "runner_time: need reps >= 1 and warmup >= 0 (got %d, %d)",
                        reps, warmup);
-    if (dir == DIR_BWD && (!p->dout || !impl->backward))
+    if (dir == DIR_BWD && (!attn_has_dout(p) || !impl->backward))
         return fl_fail(err, FL_BAD_INPUT, "stage %s (%s): timing the backward pass needs dO and a backward",
                        impl->stage, impl->name);
     const AttnProblem bounded = attn_problem_bounded(p);

@@ -2,7 +2,8 @@
  *
  * The runner is the only place that knows about devices: for a CPU implementation it calls the
  * stage directly; for a CUDA implementation (common/cuda_runner.cu) it copies the problem to the
- * device, runs, counts through a device counter, and copies the outputs back. It also allocates
+ * device (unless it is there already: RunnerArrays), runs, counts through a device counter, and
+ * copies the outputs back. It also allocates
  * the stage's workspace. Outputs in t must be allocated by the caller (poisoned). */
 #ifndef FLASHLAB_RUNNER_H
 #define FLASHLAB_RUNNER_H
@@ -40,7 +41,7 @@ void runner_outputs_free(Tensor out[]);
  * threads = default_thread_count(). The counters and workspace are left as they are. */
 RunCtx runner_ctx_defaults(const RunCtx *opts);
 
-/* Runs the forward pass, and the backward pass when p->dout is non-NULL and dir == DIR_BWD.
+/* Runs the forward pass, and the backward pass when p asks for it (attn_has_dout) and dir == DIR_BWD.
  * Returns FL_OK, FL_UNSUPPORTED (message names the stage that adds the missing feature, or the
  * head dims the stage runs), FL_NO_DEVICE, or the stage's error. ctx->hbm / hbm_dev are managed by
  * the runner. For a stage whose precision is PRECISION_BF16 the runner hands it p with q_bf16,
@@ -49,6 +50,27 @@ RunCtx runner_ctx_defaults(const RunCtx *opts);
  * counted, freed with the run. */
 int runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnTensors *t,
                const RunCtx *opts, RunStats *stats, FlError *err);
+
+/* How the caller's arrays reach runner_run_arrays (libflashlab, common/api.c). All zero is
+ * runner_run: host arrays, and a backward run starts with the forward pass. */
+typedef struct {
+    int device_memory; /* every pointer of p and t is CUDA device memory of the current device, 16-byte
+                          aligned: a CUDA stage runs on it in place (nothing is copied; the outputs are
+                          NaN-poisoned there first); a CPU stage refuses it (FL_BAD_INPUT) */
+    int given_o_lse;   /* with DIR_BWD: t->o and t->lse already hold the forward's outputs, which only
+                          the backward pass, run alone, reads; they are inputs here, never written */
+    void *stream;      /* a cudaStream_t that a CUDA stage's run waits for (cudaStreamSynchronize)
+                          before it starts; NULL: none. The stage's kernels run on the legacy default
+                          stream and the run waits for them before it returns */
+} RunnerArrays;
+
+/* runner_run with the caller's arrays described by arrays (NULL = all zero). Either form of an
+ * input may be given: the float32 q, k, v, dout or the bf16 q_bf16, k_bf16, v_bf16, dout_bf16
+ * (attn.h); the runner makes the one the stage reads from the other when it is missing: bf16
+ * rounded from float32 for a bf16 stage, float32 widened from bf16 (exactly) for a float32 stage,
+ * in the stage's memory, not counted, freed with the run. */
+int runner_run_arrays(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnTensors *t,
+                      const RunnerArrays *arrays, const RunCtx *opts, RunStats *stats, FlError *err);
 
 /* Runs impl once on a small problem with p's head dims, head group and options (one sequence, one
  * kv head, at most 64 queries and keys, zero inputs; paged problems are passed through untouched)
@@ -95,7 +117,7 @@ int runner_time_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *o
 int cuda_device_available(void); /* 1 if a usable CUDA device exists; any error counts as none */
 const char *cuda_device_description(void); /* e.g. "NVIDIA H100 80GB HBM3 (sm_90)" or "none" */
 int cuda_runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnTensors *t,
-                    const RunCtx *opts, RunStats *stats, FlError *err);
+                    const RunnerArrays *arrays, const RunCtx *opts, RunStats *stats, FlError *err);
 int cuda_runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *opts,
                      int warmup, int reps, double *median, FlError *err);
 int cuda_runner_run_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, RunStats *stats,
