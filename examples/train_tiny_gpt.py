@@ -24,8 +24,8 @@ characters instead (15% of the positions replaced by a mask token, predicted fro
 
 --compare trains the same model from the same seed on the same batches twice, with the stage and
 with the reference, prints both losses side by side and the largest gap, and writes an SVG of the
-two curves (--svg). Every float is float32; only --device cpu runs a flashlab stage (API v1 takes
-host float32 tensors).
+two curves (--svg). Every float is float32. --device cuda runs a CUDA stage of the library on the
+GPU tensors in place (API version 2).
 """
 
 import argparse
@@ -299,8 +299,6 @@ def parse_args(argv):
     cfg.kv_heads = cfg.kv_heads or cfg.heads
     if cfg.d_model % cfg.heads or cfg.heads % cfg.kv_heads:
         ap.error("--d-model must be a multiple of --heads, and --heads of --kv-heads")
-    if cfg.stage != "sdpa" and cfg.device != "cpu":
-        ap.error("a flashlab stage runs on --device cpu only (API v1 takes host float32 tensors)")
     if cfg.bidirectional and cfg.window:
         ap.error("--window implies a causal mask: it cannot go with --bidirectional")
     if cfg.stage == "sdpa" and cfg.compare:

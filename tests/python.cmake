@@ -3,6 +3,9 @@
 #                       files; skipped (77) without numpy.
 #  python_torch_cpu     flashlab.torch.attention: gradients against torch's SDPA in float64, the
 #                       operator's registration, torch.compile; skipped (77) without torch.
+#  python_torch_cuda    the same on CUDA tensors (float32 and bf16, stage 12 among them), the backward
+#                       reusing o and lse, streams; label gpu; only in a CUDA build; skipped (77)
+#                       without torch or without a GPU torch can use.
 # The torch test runs under FLASHLAB_TORCH_PYTHON when it is set (a virtual environment holding
 # torch, say), else under the first of python3 on PATH and /usr/bin/python3 that imports torch.
 if(TARGET flashlab_shared)
@@ -32,4 +35,15 @@ if(TARGET flashlab_shared)
              "echo 'python_torch_cpu: no python3 with numpy and torch (set FLASHLAB_TORCH_PYTHON)'; exit 77")
   endif()
   set_tests_properties(python_torch_cpu PROPERTIES LABELS "python;cpu" SKIP_RETURN_CODE 77 TIMEOUT 300)
+
+  if(FLASHLAB_HAVE_CUDA)
+    if(torch_python)
+      add_test(NAME python_torch_cuda COMMAND ${torch_python} ${PROJECT_SOURCE_DIR}/tests/python/test_torch_cuda.py
+                                             $<TARGET_FILE:flashlab_shared>)
+    else()
+      add_test(NAME python_torch_cuda COMMAND sh -c
+               "echo 'python_torch_cuda: no python3 with numpy and torch (set FLASHLAB_TORCH_PYTHON)'; exit 77")
+    endif()
+    set_tests_properties(python_torch_cuda PROPERTIES LABELS "python;gpu" SKIP_RETURN_CODE 77 TIMEOUT 600)
+  endif()
 endif()

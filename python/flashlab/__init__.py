@@ -1,6 +1,6 @@
 """flashlab -- call the attention stages of libflashlab from Python.
 
-A thin ctypes layer over include/flashlab.h (API version 1): nothing is compiled here. The
+A thin ctypes layer over include/flashlab.h (API version 2): nothing is compiled here. The
 library is found the first time it is needed, not at import, so `import flashlab` works on a
 machine where libflashlab.so has not been built yet:
 
@@ -15,6 +15,9 @@ machine where libflashlab.so has not been built yet:
 
 Arrays go in as host float32 in the golden files' layout (docs/conventions.md) and come back
 as new NumPy float32 arrays; a CUDA stage gets them copied to the GPU and back by the library.
+backward(..., o=, lse=) runs the backward pass alone on a forward's saved o and lse.
+flashlab.torch hands the library CUDA tensors and bf16 tensors too (device pointers, bf16 bit
+patterns), through the same calls on addresses (_forward_at, _backward_at, _backward_from_at).
 """
 
 import ctypes
@@ -30,7 +33,7 @@ __all__ = [
     "FlashlabError", "BadInput", "Unsupported", "NoDevice", "LibraryNotFound",
 ]
 
-API_VERSION = 1  # the FLASHLAB_API_VERSION this wrapper was written against
+API_VERSION = 2  # the FLASHLAB_API_VERSION this wrapper was written against
 
 _INT_MAX = 2**31 - 1
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -78,10 +81,17 @@ class _Problem(Structure):
         ("d", c_int), ("dv", c_int),
         ("scale", c_float),
         ("causal", c_int), ("window", c_int), ("sink_tokens", c_int),
-        # float * in C; held here as plain addresses (c_void_p), which ctypes fills from an int
+        # pointers in C; held here as plain addresses (c_void_p), which ctypes fills from an int
         # without building a pointer object per call
         ("q", c_void_p), ("k", c_void_p), ("v", c_void_p), ("sinks", c_void_p),
+        # version 2: where the arrays live, the element type of q, k, v and dout, a cudaStream_t
+        ("memory", c_int), ("dtype", c_int), ("stream", c_void_p),
     ]
+
+
+MEMORY_HOST, MEMORY_CUDA = 0, 1  # flashlab_problem.memory
+FLOAT32, BF16 = 0, 1             # flashlab_problem.dtype
+HOST_FLOAT32 = (MEMORY_HOST, FLOAT32, None)  # (memory, dtype, stream) of the NumPy entry points
 
 
 _COUNTER_NAMES = ("fwd_read", "fwd_written", "fwd_extra", "bwd_read", "bwd_written", "bwd_extra")
@@ -110,6 +120,9 @@ def _declare(lib):
     lib.flashlab_backward.argtypes = [c_char_p, c_char_p, c_char_p, POINTER(_Problem), f32p, f32p,
                                       f32p, f32p, f32p, f32p, f32p, POINTER(_Counters)]
     lib.flashlab_backward.restype = c_int
+    lib.flashlab_backward_from.argtypes = [c_char_p, c_char_p, c_char_p, POINTER(_Problem), f32p, f32p,
+                                           f32p, f32p, f32p, f32p, f32p, POINTER(_Counters)]
+    lib.flashlab_backward_from.restype = c_int
     lib.flashlab_list.argtypes = [c_char_p, c_size_t]
     lib.flashlab_list.restype = c_size_t
 
@@ -119,7 +132,7 @@ def load_library(path=None):
 
     path: a .so to load instead of the usual search (FLASHLAB_LIB, then build/libflashlab.so
     under the repository root). A later call with another path loads that one instead.
-    Raises LibraryNotFound when nothing loads or the API version is not 1.
+    Raises LibraryNotFound when nothing loads or the API version is not API_VERSION (2).
     """
     global _lib
     if _lib is not None and (not path or os.path.abspath(path) == _lib._name):
@@ -150,7 +163,7 @@ def load_library(path=None):
 
 
 def api_version():
-    """The FLASHLAB_API_VERSION the loaded library was built with (1)."""
+    """The FLASHLAB_API_VERSION the loaded library was built with (2)."""
     return load_library().flashlab_api_version()
 
 
@@ -247,9 +260,10 @@ def _names(stage, variant, device):
     return str(stage).encode(), (variant or "").encode(), str(device).encode()
 
 
-def _problem(dims, options, q, k, v, sinks):
-    """The flashlab_problem struct for checked dims and options and the inputs' addresses."""
-    return _Problem(_PROBLEM_SIZE, *dims, *options, q, k, v, sinks)
+def _problem(dims, options, q, k, v, sinks, arrays):
+    """The flashlab_problem struct for checked dims and options, the inputs' addresses and
+    arrays = (memory, dtype, stream)."""
+    return _Problem(_PROBLEM_SIZE, *dims, *options, q, k, v, sinks, *arrays)
 
 
 def _check(lib, status):
@@ -268,24 +282,38 @@ def _counters_dict(c):
 
 # ---------------------------------------------------------------------------------------------
 # The calls on addresses: shared by the NumPy entry points below and by flashlab.torch, which
-# hands over tensors' data pointers. Each returns the counters dict (or None when not wanted).
+# hands over tensors' data pointers (host or CUDA device memory, float32 or bf16: arrays =
+# (memory, dtype, stream) says which). Each returns the counters dict (or None when not wanted).
 
-def _forward_at(names, dims, options, q, k, v, sinks, o, lse, counters=True):
-    """flashlab_forward on host float32 buffers at the given addresses (o and lse written)."""
+def _forward_at(names, dims, options, q, k, v, sinks, o, lse, counters=True, arrays=HOST_FLOAT32):
+    """flashlab_forward on the buffers at the given addresses (o and lse written)."""
     lib = load_library()
-    p = _problem(dims, options, q, k, v, sinks)
+    p = _problem(dims, options, q, k, v, sinks, arrays)
     c = _new_counters(counters)
     _check(lib, lib.flashlab_forward(*names, ctypes.byref(p), o, lse, c if c is None else ctypes.byref(c)))
     return None if c is None else _counters_dict(c)
 
 
-def _backward_at(names, dims, options, q, k, v, sinks, do, o, lse, dq, dk, dv, dsinks, counters=True):
-    """flashlab_backward on host float32 buffers at the given addresses (every output written)."""
+def _backward_at(names, dims, options, q, k, v, sinks, do, o, lse, dq, dk, dv, dsinks, counters=True,
+                 arrays=HOST_FLOAT32):
+    """flashlab_backward on the buffers at the given addresses (every output written)."""
     lib = load_library()
-    p = _problem(dims, options, q, k, v, sinks)
+    p = _problem(dims, options, q, k, v, sinks, arrays)
     c = _new_counters(counters)
     _check(lib, lib.flashlab_backward(*names, ctypes.byref(p), do, o, lse, dq, dk, dv, dsinks,
                                       c if c is None else ctypes.byref(c)))
+    return None if c is None else _counters_dict(c)
+
+
+def _backward_from_at(names, dims, options, q, k, v, sinks, do, o, lse, dq, dk, dv, dsinks, counters=True,
+                      arrays=HOST_FLOAT32):
+    """flashlab_backward_from on the buffers at the given addresses: o and lse read, the gradients
+    written, the forward pass not run."""
+    lib = load_library()
+    p = _problem(dims, options, q, k, v, sinks, arrays)
+    c = _new_counters(counters)
+    _check(lib, lib.flashlab_backward_from(*names, ctypes.byref(p), do, o, lse, dq, dk, dv, dsinks,
+                                           c if c is None else ctypes.byref(c)))
     return None if c is None else _counters_dict(c)
 
 
@@ -337,13 +365,22 @@ def forward(q, k, v, *, stage, variant="", device="cpu", causal=False, window=0,
 
 
 def backward(q, k, v, do, *, stage, variant="", device="cpu", causal=False, window=0,
-             sink_tokens=0, sinks=None, scale=None):
-    """Runs the forward and then the backward pass of one stage.
+             sink_tokens=0, sinks=None, scale=None, o=None, lse=None):
+    """Runs the backward pass of one stage: after its forward pass, or on a forward's o and lse.
 
-    Arguments as for forward(), plus do (B, Hq, Tq, dv), the gradient arriving at o. Returns
-    {"o", "lse", "dq", "dk", "dv", "counters"} and "dsinks" (Hq,) when sinks is given; dq, dk
-    and dv have the shapes of q, k and v, and counters has both passes filled.
+    Arguments as for forward(), plus do (B, Hq, Tq, dv), the gradient arriving at o.
+
+    Without o and lse: the forward pass runs first (flashlab_backward). Returns {"o", "lse", "dq",
+    "dk", "dv", "counters"} and "dsinks" (Hq,) when sinks is given; dq, dk and dv have the shapes
+    of q, k and v, and counters has both passes filled.
+
+    With o (B, Hq, Tq, dv) and lse (B, Hq, Tq), as forward() returned them for the same stage,
+    variant, device, inputs and options: only the backward pass runs, reading them
+    (flashlab_backward_from). The result holds the same keys, "o" and "lse" being the given
+    arrays (as float32), and counters has only the backward pass (fwd_* are 0).
     """
+    if (o is None) != (lse is None):
+        raise ValueError("give both o and lse (the forward's outputs), or neither")
     q, k, v, sinks, dims = _inputs(q, k, v, sinks)
     options = _options(causal, window, sink_tokens, scale)
     B, Hq, Hkv, Tq, Tk, d, dv = dims
@@ -352,10 +389,21 @@ def backward(q, k, v, do, *, stage, variant="", device="cpu", causal=False, wind
         raise ValueError(f"do must be (B, Hq, Tq, dv) = ({B}, {Hq}, {Tq}, {dv}); got {do.shape}")
     names = ["o", "lse", "dq", "dk", "dv"] + (["dsinks"] if sinks is not None else [])
     shapes = [(B, Hq, Tq, dv), (B, Hq, Tq), (B, Hq, Tq, d), (B, Hkv, Tk, d), (B, Hkv, Tk, dv), (Hq,)]
-    arrays, at = _outputs(shapes[:len(names)])
-    dsinks_at = at[5] if sinks is not None else None
-    counters = _backward_at(_names(stage, variant, device), dims, options, _addr(q), _addr(k), _addr(v),
-                            _addr(sinks), _addr(do), *at[:5], dsinks_at)
+    call_names = _names(stage, variant, device)
+    inputs = (_addr(q), _addr(k), _addr(v), _addr(sinks), _addr(do))
+    if o is None:
+        arrays, at = _outputs(shapes[:len(names)])
+        dsinks_at = at[5] if sinks is not None else None
+        counters = _backward_at(call_names, dims, options, *inputs, *at[:5], dsinks_at)
+    else:
+        o, lse = _f32(o), _f32(lse)
+        for name, x, shape in (("o", o, shapes[0]), ("lse", lse, shapes[1])):
+            if x.shape != shape:
+                raise ValueError(f"{name} must be {shape} (the forward's {name}); got {x.shape}")
+        grads, at = _outputs(shapes[2:len(names)])
+        dsinks_at = at[3] if sinks is not None else None
+        counters = _backward_from_at(call_names, dims, options, *inputs, _addr(o), _addr(lse), *at[:3], dsinks_at)
+        arrays = [o, lse] + grads
     out = dict(zip(names, arrays))
     out["counters"] = counters
     return out

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """test_torch.py -- flashlab.torch.attention against PyTorch's own attention, on the CPU.
+(test_torch_cuda.py runs the same checks on CUDA tensors, with these functions.)
 
 1. Gradients. For every CPU implementation that list_stages() reports with "backward" (default
    and named variants), o and the gradients dq, dk, dv (and dsinks) of flashlab.torch.attention
@@ -13,10 +14,19 @@
    Cases: plain, causal, GQA, window, window + sink tokens, learned sinks, and everything at once.
    An implementation runs each case its features cover; for the first case it does not cover, the
    call must raise flashlab.Unsupported naming a stage that adds the missing feature.
-2. Errors the torch layer adds: bf16 (names stage 12), float64, a non-CPU tensor; a
-   non-contiguous input gives the result of its contiguous copy.
-3. torch.library.opcheck of the operator (schema, fake tensors, autograd registration).
-4. torch.compile (fullgraph, default backend) of a tiny model (a linear layer making q, k, v, the
+   A bf16 stage (12, 14, 15) runs every case twice: on float32 tensors (which it rounds to bf16)
+   and on bf16 tensors (handed to it as they are). With bf16 tensors, the float32 outputs of the
+   two operators (flashlab::attention, flashlab::attention_backward) are what is compared with
+   the reference, on the bf16 inputs' values; attention()'s bf16 o and autograd's bf16 gradients
+   must be exactly those float32 outputs rounded to bf16 (one rounding, checked bit for bit).
+2. What the torch layer adds: bf16 tensors to a float32 stage give the float32 result on the same
+   values (the library widens them) bit for bit; float16, float64, a meta tensor, mixed dtypes
+   raise Unsupported; a non-contiguous input gives the result of its contiguous copy.
+3. The backward reuses the forward's o and lse: one training step calls the library's forward
+   once and flashlab_backward_from once (never flashlab_backward), and its gradients equal
+   flashlab.backward's (forward + backward in one call, API version 1's path) bit for bit.
+4. torch.library.opcheck of the operator (schema, fake tensors, autograd registration).
+5. torch.compile (fullgraph, default backend) of a tiny model (a linear layer making q, k, v, the
    op, a linear layer after it): forward and backward against the same model run eagerly, and the
    library must have been called by the compiled model.
 
@@ -137,7 +147,13 @@ def make_inputs(torch, shapes, with_sinks, seed):
     return t
 
 
+def converted(t, device, dtype):
+    """The inputs of make_inputs on device, q, k, v and do in dtype (sinks stay float32)."""
+    return {n: x.to(device=device, dtype=x.dtype if n == "sinks" else dtype) for n, x in t.items()}
+
+
 def flashlab_run(torch, flt, impl, t, opts, scale):
+    """o and the gradients through attention() and autograd, in the inputs' dtype."""
     leaves = {n: t[n].clone().requires_grad_(True) for n in ("q", "k", "v", "sinks") if n in t}
     o = flt.attention(leaves["q"], leaves["k"], leaves["v"], stage=impl["stage"], variant=impl["variant"],
                       causal=opts.get("causal", False), window=opts.get("window", 0),
@@ -148,15 +164,30 @@ def flashlab_run(torch, flt, impl, t, opts, scale):
     return out
 
 
+def ops_run(torch, impl, t, opts, scale):
+    """o and the gradients as the two operators return them: float32, before any conversion."""
+    args = (impl["stage"], impl["variant"], opts.get("causal", False), opts.get("window", 0),
+            opts.get("sink_tokens", 0), scale)
+    sinks = t.get("sinks")
+    o, lse = torch.ops.flashlab.attention(t["q"], t["k"], t["v"], sinks, *args)
+    dq, dk, dv, dsinks = torch.ops.flashlab.attention_backward(t["do"], t["q"], t["k"], t["v"], sinks, o, lse, *args)
+    out = {"o": o, "dq": dq, "dk": dk, "dv": dv}
+    if sinks is not None:
+        out["dsinks"] = dsinks
+    return out
+
+
 def reference_run(torch, t, opts, scale):
-    leaves = {n: t[n].double().requires_grad_(True) for n in ("q", "k", "v", "sinks") if n in t}
+    """float64 on the CPU, on the values of t (whatever their dtype and device)."""
+    t = {n: x.detach().cpu().double() for n, x in t.items()}
+    leaves = {n: t[n].clone().requires_grad_(True) for n in ("q", "k", "v", "sinks") if n in t}
     Tq, Tk = t["q"].shape[2], t["k"].shape[2]
     keep = keep_mask(torch, Tq, Tk, opts.get("causal", False), opts.get("window", 0), opts.get("sink_tokens", 0))
     if "sinks" in leaves:
         o = sink_column_reference(torch, leaves["q"], leaves["k"], leaves["v"], leaves["sinks"], keep, scale)
     else:
         o = sdpa_reference(torch, leaves["q"], leaves["k"], leaves["v"], keep, scale)
-    o.backward(t["do"].double())
+    o.backward(t["do"])
     out = {"o": o.detach()}
     out.update({"d" + n: x.grad for n, x in leaves.items()})
     return out
@@ -167,25 +198,36 @@ def worst(torch, got, want, tol):
     second, the share of the allowance used, is at most 1."""
     if tuple(got.shape) != tuple(want.shape) or not torch.isfinite(got).all():
         return float("inf"), float("inf")
-    err = (got.double() - want).abs()
+    err = (got.detach().cpu().double() - want).abs()
     return err.max().item(), (err / (tol * (1.0 + want.abs()))).max().item()
 
 
-def run_gradient_case(torch, flt, impl, name, opts, seed, tally):
+def run_gradient_case(torch, flt, impl, name, opts, seed, tally, device="cpu", dtype=None):
+    """One case on impl with tensors of dtype (float32 when None) on device: o and the gradients
+    against the float64 reference at the tolerance of the stage's precision."""
+    dtype = dtype or torch.float32
     bf16 = (impl["precision"] or "").startswith("bf16")
     tol = TOL_BF16 if bf16 else TOL_F32
     shapes = case_shapes(bf16, opts.get("gqa", False))
     scale = None if name != "plain" else 0.3  # one case with a scale of its own
-    t = make_inputs(torch, shapes, opts.get("sinks", False), seed)
-    label = f"{impl['stage']} {impl['variant'] or '-':6s} {name:29s}"
+    t = converted(make_inputs(torch, shapes, opts.get("sinks", False), seed), device, dtype)
+    tensors = "" if dtype == torch.float32 else f" {str(dtype).replace('torch.', '')}"
+    label = f"{impl['stage']} {impl['variant'] or '-':6s} {name + tensors:29s}"
     got = flashlab_run(torch, flt, impl, t, opts, scale)
+    exact = True
+    if dtype != torch.float32:  # compare the float32 outputs; the converted ones must be their rounding
+        raw = ops_run(torch, impl, t, opts, scale)
+        exact = all(torch.equal(got[n], raw[n].to(got[n].dtype)) for n in raw)
+        got = raw
     want = reference_run(torch, t, opts, 1.0 / shapes[5] ** 0.5 if scale is None else scale)
-    parts, ok = [], True
+    parts, ok = [], exact
     for n in want:
         err, ratio = worst(torch, got[n], want[n], tol["o" if n == "o" else "grad"])
         ok &= ratio <= 1.0
         parts.append(f"{n} {err:.1e} ({ratio:.2f})")
-    tally.check(ok, f"{label} {' '.join(parts)}  tol {tol['o']:.0e}/{tol['grad']:.0e}")
+    conversion = "" if dtype == torch.float32 else ("; outputs = float32 rounded once" if exact else
+                                                    "; OUTPUTS ARE NOT the float32 ones rounded once")
+    tally.check(ok, f"{label} {' '.join(parts)}  tol {tol['o']:.0e}/{tol['grad']:.0e}{conversion}")
     return ok
 
 
@@ -229,6 +271,8 @@ def run_gradients(flashlab, torch, flt, tally):
                 lacking = lacking or (name, opts, missing)
                 continue
             run_gradient_case(torch, flt, impl, name, opts, 100 + seed, tally)
+            if (impl["precision"] or "").startswith("bf16"):
+                run_gradient_case(torch, flt, impl, name, opts, 100 + seed, tally, dtype=torch.bfloat16)
         if lacking:
             check_unsupported(flashlab, torch, flt, impl, *lacking, impls, tally)
 
@@ -251,17 +295,26 @@ def expect_unsupported(flashlab, tally, what, call, needle):
 def run_torch_layer(flashlab, torch, flt, tally):
     t = make_inputs(torch, (1, 2, 2, 5, 5, 8, 8), False, 7)
     q, k, v = t["q"], t["k"], t["v"]
-    expect_unsupported(flashlab, tally, "bf16 tensors",
-                       lambda: flt.attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), stage="07"), "stage 12")
+    expect_unsupported(flashlab, tally, "float16 tensors",
+                       lambda: flt.attention(q.half(), k.half(), v.half(), stage="07"), "float16")
     expect_unsupported(flashlab, tally, "float64 tensors",
                        lambda: flt.attention(q.double(), k.double(), v.double(), stage="07"), "float32")
     expect_unsupported(flashlab, tally, "meta-device tensors",
                        lambda: flt.attention(q.to("meta"), k.to("meta"), v.to("meta"), stage="07"), "CPU")
+    expect_unsupported(flashlab, tally, "q float32 with k, v bf16",
+                       lambda: flt.attention(q, k.bfloat16(), v.bfloat16(), stage="07"), "one dtype")
     if torch.cuda.is_available():
-        expect_unsupported(flashlab, tally, "CUDA tensors",
-                           lambda: flt.attention(q.cuda(), k.cuda(), v.cuda(), stage="07"), "device pointers")
-    else:
-        tally.skipped("CUDA tensors raise Unsupported: no CUDA device here")
+        expect_unsupported(flashlab, tally, "q on the GPU, k and v on the CPU",
+                           lambda: flt.attention(q.cuda(), k, v, stage="07"), "one device")
+
+    # bf16 tensors to a float32 stage: the library widens them, so the result is the float32 one on
+    # the same values, bit for bit (then rounded to bf16, as attention() returns q's dtype)
+    q16, k16, v16 = q.bfloat16(), k.bfloat16(), v.bfloat16()
+    widened = flt.attention(q16.float(), k16.float(), v16.float(), stage="07", causal=True)
+    same = torch.equal(flt.attention(q16, k16, v16, stage="07", causal=True), widened.bfloat16())
+    o16, _ = torch.ops.flashlab.attention(q16, k16, v16, None, "07", "", True, 0, 0, None)
+    tally.check(same and torch.equal(o16, widened),
+                "bf16 tensors to float32 stage 07: the float32 result on the widened values, bit for bit")
 
     # a non-contiguous q (a transposed view) gives the result of its contiguous copy, bit for bit
     q_t = q.transpose(2, 3).contiguous().transpose(2, 3)
@@ -285,6 +338,67 @@ def run_torch_layer(flashlab, torch, flt, tally):
         report = torch.library.opcheck(torch.ops.flashlab.attention.default, args)
         tally.check(all(r == "SUCCESS" for r in report.values()),
                     f"opcheck flashlab::attention stage {args[4]}: {report}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The backward reuses the forward's o and lse.
+
+class LibraryCalls:
+    """Counts the package's calls into the library (forward, backward, backward_from) while in a
+    with block."""
+
+    NAMES = {"forward": "_forward_at", "backward": "_backward_at", "backward_from": "_backward_from_at"}
+
+    def __init__(self, flashlab):
+        self.flashlab, self.calls = flashlab, dict.fromkeys(self.NAMES, 0)
+
+    def __enter__(self):
+        self.real = {n: getattr(self.flashlab, attr) for n, attr in self.NAMES.items()}
+        for n, attr in self.NAMES.items():
+            setattr(self.flashlab, attr, self._counting(n, self.real[n]))
+        return self.calls
+
+    def __exit__(self, *exc):
+        for n, attr in self.NAMES.items():
+            setattr(self.flashlab, attr, self.real[n])
+
+    def _counting(self, name, fn):
+        def wrapped(*a, **kw):
+            self.calls[name] += 1
+            return fn(*a, **kw)
+        return wrapped
+
+
+REUSE_CASES = {  # stage: (shapes, options) of run_backward_reuse
+    "10": ((2, 4, 2, 9, 12, 16, 16), dict(gqa=True, window=5, sink_tokens=1, sinks=True)),
+    "08": ((2, 4, 2, 9, 12, 16, 16), dict(gqa=True, causal=True)),
+    "12": ((1, 4, 2, 40, 70, 64, 64), dict(gqa=True, causal=True)),
+}
+
+
+def run_backward_reuse(flashlab, torch, flt, tally, stage="10", device="cpu", exact=True):
+    """One step through attention() on float32 tensors: one forward call, one backward_from call,
+    no forward + backward call; its gradients against flashlab.backward (forward + backward in one
+    call, API version 1's path) on the same inputs, bit for bit when exact (the CPU stages are
+    deterministic), else within the float32 gradients' tolerance (both runs do the same arithmetic;
+    only the order of atomic additions may differ)."""
+    import numpy as np
+    shapes, opts = REUSE_CASES[stage]
+    t = converted(make_inputs(torch, shapes, opts.get("sinks", False), 3), device, torch.float32)
+    with LibraryCalls(flashlab) as calls:
+        got = flashlab_run(torch, flt, {"stage": stage, "variant": ""}, t, opts, None)
+    host = {n: x.cpu().numpy() for n, x in t.items()}
+    want = flashlab.backward(host["q"], host["k"], host["v"], host["do"], stage=stage, device=device,
+                             causal=opts.get("causal", False), window=opts.get("window", 0),
+                             sink_tokens=opts.get("sink_tokens", 0), sinks=host.get("sinks"))
+    names = ["o", "dq", "dk", "dv"] + (["dsinks"] if "sinks" in host else [])
+    diffs = {n: float(np.abs(got[n].cpu().numpy() - want[n]).max()) for n in names}
+    same = all(np.array_equal(got[n].cpu().numpy(), want[n]) for n in names)
+    close = all(d <= TOL_F32["grad"] for d in diffs.values())
+    tally.check(calls == {"forward": 1, "backward": 0, "backward_from": 1} and (same if exact else close),
+                f"stage {stage} on {device}: a training step made the library calls {calls}; against "
+                f"flashlab.backward (forward + backward): "
+                f"{'bit for bit' if same else 'max diff ' + ', '.join(f'{n} {d:.1e}' for n, d in diffs.items())}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,18 +426,10 @@ def tiny_model(torch, flt):
     return TinyAttention()
 
 
-def run_compile(flashlab, torch, flt, tally):
+def run_compile(flashlab, torch, flt, tally, device="cpu"):
     torch.manual_seed(0)
-    model = tiny_model(torch, flt)
-    x = torch.randn(2, 16, 32)
-    calls = {"forward": 0, "backward": 0}
-    real_fwd, real_bwd = flashlab._forward_at, flashlab._backward_at
-
-    def counting(name, fn):
-        def wrapped(*a, **kw):
-            calls[name] += 1
-            return fn(*a, **kw)
-        return wrapped
+    model = tiny_model(torch, flt).to(device)
+    x = torch.randn(2, 16, 32).to(device)
 
     def loss_and_grads(m):
         model.zero_grad()
@@ -333,23 +439,21 @@ def run_compile(flashlab, torch, flt, tally):
 
     eager_out, eager_grads = loss_and_grads(model)
     start = time.time()
-    flashlab._forward_at, flashlab._backward_at = counting("forward", real_fwd), counting("backward", real_bwd)
     try:
-        compiled = torch.compile(model, fullgraph=True)
-        out, grads = loss_and_grads(compiled)
+        with LibraryCalls(flashlab) as calls:
+            compiled = torch.compile(model, fullgraph=True)
+            out, grads = loss_and_grads(compiled)
     except Exception as e:  # noqa: BLE001
-        tally.check(False, f"torch.compile of a model using flashlab::attention: {type(e).__name__}: {e}")
+        tally.check(False, f"torch.compile of a model using flashlab::attention on {device}: {type(e).__name__}: {e}")
         return
-    finally:
-        flashlab._forward_at, flashlab._backward_at = real_fwd, real_bwd
     took = time.time() - start
     # the compiled model fuses and reorders the linear layers' float32 sums (32 to 64 terms):
     # the float32 rule above holds for them as for the stage
     errs = [(out - eager_out).abs().max().item()] + [(g - e).abs().max().item() for g, e in zip(grads, eager_grads)]
     close = all(torch.allclose(a, b, rtol=TOL_F32["o"], atol=TOL_F32["o"]) for a, b in [(out, eager_out)]) and \
         all(torch.allclose(g, e, rtol=TOL_F32["grad"], atol=TOL_F32["grad"]) for g, e in zip(grads, eager_grads))
-    tally.check(close and calls["forward"] == 1 and calls["backward"] == 1,
-                f"torch.compile(fullgraph=True) of linear + stage 10 (window, sink tokens, sinks, GQA) + linear: "
+    tally.check(close and calls == {"forward": 1, "backward": 0, "backward_from": 1},
+                f"torch.compile(fullgraph=True) on {device} of linear + stage 10 (window, sink tokens, sinks, GQA) + linear: "
                 f"library calls {calls}, max diff vs eager: out {errs[0]:.1e}, grads {max(errs[1:]):.1e} "
                 f"({took:.1f} s to compile and run)")
 
@@ -376,6 +480,8 @@ def main(argv):
     start = time.time()
     run_gradients(flashlab, torch, flt, tally)
     run_torch_layer(flashlab, torch, flt, tally)
+    for stage in ("10", "12"):
+        run_backward_reuse(flashlab, torch, flt, tally, stage)
     run_compile(flashlab, torch, flt, tally)
     print(f"summary: {tally.ok} ok, {tally.fail} failed, {tally.skip} skipped in {time.time() - start:.1f} s")
     return 1 if tally.fail or tally.ok == 0 else 0
