@@ -24,8 +24,12 @@ characters instead (15% of the positions replaced by a mask token, predicted fro
 
 --compare trains the same model from the same seed on the same batches twice, with the stage and
 with the reference, prints both losses side by side and the largest gap, and writes an SVG of the
-two curves (--svg). Every float is float32. --device cuda runs a CUDA stage of the library on the
-GPU tensors in place (API version 2).
+two curves (--svg). Every float is float32, unless --attn-dtype bf16: then the attention alone (the
+stage's and the reference's) takes q, k, v rounded to bf16, as a bf16 stage (12, 14) needs:
+
+    python3 examples/train_tiny_gpt.py --stage 12 --device cuda --attn-dtype bf16 --compare
+
+--device cuda runs a CUDA stage of the library on the GPU tensors in place (API version 2).
 """
 
 import argparse
@@ -113,15 +117,25 @@ def reference_attention(q, k, v, window, sinks, causal=True):
     return p @ v
 
 
-def make_attention(stage, variant, causal):
-    """attend(q, k, v, window, sinks) -> o for --stage."""
+def make_attention(stage, variant, causal, dtype=torch.float32):
+    """attend(q, k, v, window, sinks) -> o for --stage. With dtype bfloat16 (--attn-dtype bf16) the
+    attention alone runs in bf16, for the stage and for SDPA alike: q, k, v (and the sink logits)
+    are rounded to bf16 on the way in and o is widened back; the rest of the model stays float32."""
     if stage == "sdpa":
-        return lambda q, k, v, window, sinks: reference_attention(q, k, v, window, sinks, causal)
-    import flashlab.torch as flt
+        def attend(q, k, v, window, sinks):
+            return reference_attention(q, k, v, window, sinks, causal)
+    else:
+        import flashlab.torch as flt
 
-    def attend(q, k, v, window, sinks):
-        return flt.attention(q, k, v, stage=stage, variant=variant, causal=causal, window=window, sinks=sinks)
-    return attend
+        def attend(q, k, v, window, sinks):
+            return flt.attention(q, k, v, stage=stage, variant=variant, causal=causal, window=window, sinks=sinks)
+    if dtype == torch.float32:
+        return attend
+
+    def attend_in(q, k, v, window, sinks):
+        sinks = None if sinks is None else (sinks if stage != "sdpa" else sinks.to(dtype))
+        return attend(q.to(dtype), k.to(dtype), v.to(dtype), window, sinks).float()
+    return attend_in
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,7 +211,8 @@ def learning_rate(step, cfg):
 def train(cfg, data, stage, log):
     """Trains one model with attention from `stage`; returns (losses per step, seconds, parameters)."""
     torch.manual_seed(cfg.seed)  # the same initial weights for every stage
-    attend = make_attention(stage, cfg.variant, causal=not cfg.bidirectional)
+    attend = make_attention(stage, cfg.variant, causal=not cfg.bidirectional,
+                            dtype=torch.bfloat16 if cfg.attn_dtype == "bf16" else torch.float32)
     model = TinyGPT(cfg, data.vocab_size, attend).to(cfg.device)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -283,6 +298,8 @@ def parse_args(argv):
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--attn-dtype", default="float32", choices=["float32", "bf16"],
+                    help="bf16: the attention (stage and sdpa) on bf16 q, k, v; the model stays float32")
     ap.add_argument("--compare", action="store_true", help="train with the reference too, same seed")
     ap.add_argument("--svg", default="", help="where --compare writes its plot (default: loss_<stage>.svg)")
     ap.add_argument("--log-every", type=int, default=25)
@@ -346,7 +363,8 @@ def report_comparison(cfg, mine, ref):
     # how much the loss moves from one batch to the next: the scale that "within noise" means
     recent = range(max(1, len(ref) - 50), len(ref))
     jitter = sum(abs(ref[s] - ref[s - 1]) for s in recent) / max(1, len(recent))
-    print(f"largest gap {gaps[worst]:.2e} at step {worst}; final gap {mine[-1] - ref[-1]:+.2e}; "
+    print(f"largest gap {gaps[worst]:.2e} at step {worst}; final gap {mine[-1] - ref[-1]:+.2e} "
+          f"({100 * (mine[-1] - ref[-1]) / ref[-1]:+.2f} % of sdpa's final loss); "
           f"mean step-to-step change of the sdpa loss over the last 50 steps {jitter:.2e}")
     svg = cfg.svg or f"loss_{cfg.stage}.svg"
     label = f"stage {cfg.stage}" + (f" {cfg.variant}" if cfg.variant else "")

@@ -11,10 +11,10 @@
  *   - warp specialization: one warpgroup only copies (the producer), two only compute (the
  *     consumers), handing K/V stages back and forth on mbarriers; setmaxnreg moves registers from
  *     the producer, which needs few, to the consumers, which hold the accumulators.
- * The algorithm is stage 12's: the same tiles (BR = 128, BC = 64), the same online softmax in base
- * 2, the same rounding of P to bf16, so the CPU reference (reference.c) is stage 12's too.
- * The backward pass is still stage 12's mma.sync kernel, unchanged: its Hopper version is the next
- * step of this stage.
+ * The algorithm is stage 12's: the same query tiles (BR = 128), the same online softmax in base 2,
+ * the same rounding of P to bf16, with key tiles of 128 (one wgmma N) where stage 12 walks 64; the
+ * CPU reference (reference.c) is stage 12's with the forward's and the backward's key tiles at 128.
+ * The backward pass is new too: the same producer/consumer split, with the keys in wgmma's M.
  *
  * The runner hands the stage bf16 copies of q, k, v, dO (AttnProblem.q_bf16 ...; made outside the
  * timed region); o, lse and the gradients are written in float32.
@@ -198,37 +198,55 @@ __device__ __forceinline__ float fast_exp2(float x)
 // scale is folded into the exponent (one FFMA per score instead of a multiply and a subtract; the
 // maximum of the raw scores is taken first, which the positive scale does not change). Only tiles
 // that reach past a row's last key are masked.
+//
+// Latency, not arithmetic, is what a consumer warp waits on here (Nsight Compute's largest stall is
+// "wait", a fixed-latency dependency): a running maximum or sum over a row's BC / 4 scores is a
+// chain of that many dependent instructions. So each row keeps CHAINS independent partial maxima and
+// sums, combined at the end, and both rows go through the same loops.
+constexpr int CHAINS = 4; // the partial maxima and sums are combined as a tree of two levels below
+
 __device__ __forceinline__ void softmax_tile(float (&s)[TC_FWD_BLOCK_C / 8][4], float (&m)[2], float (&l)[2],
                                              float (&alpha)[2], const TcArgs &a, const Rows &w, int kv0)
 {
     constexpr int BC = TC_FWD_BLOCK_C;
     const bool masked = kv0 + BC > a.Tk || (a.causal && kv0 + BC - 1 > w.q0 + a.Tk - a.Tq);
+    float part[2][CHAINS]; // partial maxima, then partial sums, of each row
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+        for (int c = 0; c < CHAINS; c++)
+            part[rr][c] = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) { // e / 2: the row, e % 2: the key
+            if (masked && hidden(a, w.r[e / 2], kv0 + 8 * n + 2 * w.t4 + e % 2))
+                s[n][e] = -INFINITY;
+            part[e / 2][n % CHAINS] = fmaxf(part[e / 2][n % CHAINS], s[n][e]);
+        }
+    float m_use[2];
 #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < BC / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                if (masked && hidden(a, w.r[rr], kv0 + 8 * n + 2 * w.t4 + e))
-                    s[n][2 * rr + e] = -INFINITY;
-                mx = fmaxf(mx, s[n][2 * rr + e]);
-            }
+        const float mx = fmaxf(fmaxf(part[rr][0], part[rr][1]), fmaxf(part[rr][2], part[rr][3]));
         const float m_new = fmaxf(m[rr], row_max<4>(mx) * a.scale_log2);
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new; // a row with no key yet: P = 0
-        alpha[rr] = fast_exp2(m[rr] - m_use);
-        float rowsum = 0.0f;
-#pragma unroll
-        for (int n = 0; n < BC / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const float p = fast_exp2(fmaf(s[n][2 * rr + e], a.scale_log2, -m_use));
-                s[n][2 * rr + e] = p;
-                rowsum += p;
-            }
-        l[rr] = l[rr] * alpha[rr] + rowsum; // P summed in float32, before rounding
+        m_use[rr] = m_new == -INFINITY ? 0.0f : m_new; // a row with no key yet: P = 0
+        alpha[rr] = fast_exp2(m[rr] - m_use[rr]);
         m[rr] = m_new;
+#pragma unroll
+        for (int c = 0; c < CHAINS; c++)
+            part[rr][c] = 0.0f;
     }
+#pragma unroll
+    for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float p = fast_exp2(fmaf(s[n][e], a.scale_log2, -m_use[e / 2]));
+            s[n][e] = p;
+            part[e / 2][n % CHAINS] += p;
+        }
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) // P summed in float32, before rounding
+        l[rr] = l[rr] * alpha[rr] + ((part[rr][0] + part[rr][1]) + (part[rr][2] + part[rr][3]));
 }
 
 // Õ *= alpha, row by row.
@@ -266,15 +284,29 @@ __device__ __forceinline__ void release(uint64_t *kv_empty, int lane)
 // ptxas serialises wgmmas that sit in divergent-looking paths.
 constexpr int TURN = 1; // named barriers 1 and 2 (0 is __syncthreads)
 
-__device__ __forceinline__ void wait_turn(int c) { named_barrier_sync(TURN + c, 256); }
-__device__ __forceinline__ void pass_turn(int c) { named_barrier_arrive(TURN + (1 - c), 256); }
+// Which of the two ways of hiding the softmax a forward kernel uses. The stage uses both; the
+// variants "no-pingpong", "no-overlap" and "serial" leave one or both out, so that `flashlab bench`
+// measures what each buys (README, "What each piece buys"). Without ping-pong the turns are no-ops;
+// without the overlap a consumer waits for P_{j-1} V_{j-1} too before tile j's softmax.
+enum Hide : int { HIDE_NONE = 0, HIDE_IN_WARPGROUP = 1, HIDE_PINGPONG = 2, HIDE_BOTH = 3 };
+
+template <int HIDE> __device__ __forceinline__ void wait_turn(int c)
+{
+    if constexpr ((HIDE & HIDE_PINGPONG) != 0)
+        named_barrier_sync(TURN + c, 256);
+}
+template <int HIDE> __device__ __forceinline__ void pass_turn(int c)
+{
+    if constexpr ((HIDE & HIDE_PINGPONG) != 0)
+        named_barrier_arrive(TURN + (1 - c), 256);
+}
 
 // One consumer warpgroup: rows q0 .. q0 + 63 of the head (q0 = the tile's first row + 64 c).
 // Round j is software-pipelined inside the warpgroup too: it issues S_j = Q K_j^T and then
 // O += P_{j-1} V_{j-1}, waits for S_j only, and runs tile j's softmax on the CUDA cores while the
 // tensor cores still work on P_{j-1} V_{j-1}. Then it waits for that, hands stage j - 1 back,
 // rescales Õ by tile j's alpha and rounds P_j for the next round.
-template <int D>
+template <int D, int HIDE>
 __device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, int n_tiles)
 {
     using T = FwdTile<D>;
@@ -298,22 +330,24 @@ __device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, 
 
     mbar_wait(&sm.q_full, 0);
     if (c == 1 && n_tiles > 0) // warpgroup 0 goes first
-        pass_turn(c);
+        pass_turn<HIDE>(c);
     if (own_tiles > 0) { // round 0: S_0, its softmax, P_0
-        wait_turn(c);
+        wait_turn<HIDE>(c);
         mbar_wait(&sm.kv_full[0], 0);
         issue_scores<D>(s, sm, c, 0);
-        pass_turn(c);
+        pass_turn<HIDE>(c);
         wgmma_wait<0>();
         softmax_tile(s, m, l, alpha, a, w, 0);
         p_fragments(pa, s);
     }
     for (int j = 1; j < own_tiles; j++) { // round j: S_j and P_{j-1} V_{j-1} in flight together
-        wait_turn(c);
+        wait_turn<HIDE>(c);
         mbar_wait(&sm.kv_full[stage_of(j)], phase_of(j)); // K_j, V_j have landed
         issue_scores<D>(s, sm, c, stage_of(j));
         issue_pv<D>(o, pa, sm, stage_of(j - 1));
-        pass_turn(c);
+        pass_turn<HIDE>(c);
+        if constexpr ((HIDE & HIDE_IN_WARPGROUP) == 0)
+            wgmma_wait<0>(); // the ablation without the overlap: P_{j-1} V_{j-1} first, then the softmax
         /* exercise: begin — the overlap: wait for S_j alone, run tile j's softmax while P_{j-1} V_{j-1} still runs, then wait for it, hand stage j - 1 back and only then rescale Õ (the product adds into it) and round P_j (check 14 --device cuda: o of the cases longer than one 128-key tile) | stub: wgmma_wait<0>(); softmax_tile(s, m, l, alpha, a, w, j * T::BC); release(&sm.kv_empty[stage_of(j - 1)], lane); p_fragments(pa, s); */
         wgmma_wait<1>(); // S_j is done; P_{j-1} V_{j-1} may still run
         softmax_tile(s, m, l, alpha, a, w, j * T::BC);
@@ -324,24 +358,24 @@ __device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, 
         /* exercise: end */
     }
     if (own_tiles > 0) { // round own_tiles: the last tile's P V
-        wait_turn(c);
+        wait_turn<HIDE>(c);
         issue_pv<D>(o, pa, sm, stage_of(own_tiles - 1));
-        pass_turn(c);
+        pass_turn<HIDE>(c);
         wgmma_wait<0>();
         release(&sm.kv_empty[stage_of(own_tiles - 1)], lane);
     }
     for (int j = own_tiles; j < n_tiles; j++) { // the other warpgroup's last tile: an empty round
-        wait_turn(c);
-        pass_turn(c);
+        wait_turn<HIDE>(c);
+        pass_turn<HIDE>(c);
         mbar_wait(&sm.kv_full[stage_of(j)], phase_of(j));
         release(&sm.kv_empty[stage_of(j)], lane);
     }
     if (own_tiles == 0 && n_tiles > 0) { // n_tiles + 1 rounds in all, as the other warpgroup
-        wait_turn(c);
-        pass_turn(c);
+        wait_turn<HIDE>(c);
+        pass_turn<HIDE>(c);
     }
     if (c == 0 && n_tiles > 0) // the turn warpgroup 0 was last given, taken back
-        wait_turn(c);
+        wait_turn<HIDE>(c);
 
     // O = Õ / l, lse = (m + log2 l) ln 2; a row that saw no key: o = 0, lse = -inf
 #pragma unroll
@@ -362,7 +396,7 @@ __device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, 
         hbm_dev_add(a.hbm, HBM_WRITTEN, (unsigned long long)rows * (D + 1) * sizeof(float));
 }
 
-template <int D>
+template <int D, int HIDE>
 __global__ void __launch_bounds__(FwdTile<D>::NT, 1)
     hopper_forward_kernel(const __grid_constant__ CUtensorMap mq, const __grid_constant__ CUtensorMap mk,
                           const __grid_constant__ CUtensorMap mv, TcArgs a)
@@ -395,7 +429,7 @@ __global__ void __launch_bounds__(FwdTile<D>::NT, 1)
             produce<D>(sm, &mq, &mk, &mv, a, bh, kvh, q0, n_tiles);
     } else {
         regs_acquire<T::CONSUMER_REGS>();
-        consume<D>(sm, a, wg - 1, bh, q0 + T::ROWS * (wg - 1), n_tiles);
+        consume<D, HIDE>(sm, a, wg - 1, bh, q0 + T::ROWS * (wg - 1), n_tiles);
     }
 }
 
@@ -820,18 +854,18 @@ template <int D> int map_tiles(std::initializer_list<TileMap> maps, FlError *err
     return FL_OK;
 }
 
-template <int D> int forward_launch(const TcArgs &a, int heads, int kv_heads, FlError *err)
+template <int D, int HIDE> int forward_launch(const TcArgs &a, int heads, int kv_heads, FlError *err)
 {
     using T = FwdTile<D>;
     CUtensorMap mq, mk, mv; // q (B Hq, Tq, D), k and v (B Hkv, Tk, D)
     int rc = map_tiles<D>({{&mq, a.q, heads, a.Tq, T::ROWS}, {&mk, a.k, kv_heads, a.Tk, T::BC},
                            {&mv, a.v, kv_heads, a.Tk, T::BC}}, err);
     if (rc == FL_OK)
-        rc = allow_smem(hopper_forward_kernel<D>, FwdSmem<D>::BYTES, "hopper_forward_kernel", err);
+        rc = allow_smem(hopper_forward_kernel<D, HIDE>, FwdSmem<D>::BYTES, "hopper_forward_kernel", err);
     if (rc != FL_OK)
         return rc;
     const dim3 grid((unsigned)ceil_div(a.Tq, T::BR), (unsigned)heads);
-    hopper_forward_kernel<D><<<grid, T::NT, FwdSmem<D>::BYTES>>>(mq, mk, mv, a);
+    hopper_forward_kernel<D, HIDE><<<grid, T::NT, FwdSmem<D>::BYTES>>>(mq, mk, mv, a);
     return fl_cuda_launch_status("hopper_forward_kernel", err);
 }
 
@@ -906,14 +940,14 @@ static TcArgs tc_args(const AttnProblem *p, AttnTensors *t, const RunCtx *ctx)
     return a;
 }
 
-static int tc_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
+template <int HIDE> static int tc_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
 {
     int rc = tc_validate(p, 0, err);
     if (rc != FL_OK || p->Tq <= 0 || p->Tk <= 0 || p->B <= 0 || p->Hq <= 0)
         return rc;
     const TcArgs a = tc_args(p, t, ctx);
-    return p->d == 64 ? forward_launch<64>(a, p->B * p->Hq, p->B * p->Hkv, err)
-                      : forward_launch<128>(a, p->B * p->Hq, p->B * p->Hkv, err);
+    return p->d == 64 ? forward_launch<64, HIDE>(a, p->B * p->Hq, p->B * p->Hkv, err)
+                      : forward_launch<128, HIDE>(a, p->B * p->Hq, p->B * p->Hkv, err);
 }
 
 // D = rowsum(dO ∘ O) (B, Hq, Tq) in the workspace: the backward's only extra memory.
@@ -940,19 +974,21 @@ static int tc_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlErro
                       : backward_launch<128>(a, p->B * p->Hq, p->B * p->Hkv, err);
 }
 
-static const StageImpl tc_cuda = {
-    "14",
-    "hopper",
-    "",
-    DEVICE_CUDA,
-    "FA on Hopper, bf16: a TMA producer warpgroup, mbarriers, wgmma consumer warpgroups, forward and backward",
-    FEAT_BACKWARD | FEAT_CAUSAL | FEAT_GQA,
-    tc_forward,
-    tc_backward,
-    tc_workspace_bytes,
-    NULL,
-    PRECISION_BF16,
-    {64, 128},
-};
+// The stage, and its forward with one or both ways of hiding the softmax left out (the ablation;
+// the backward is the stage's).
+template <int HIDE> static constexpr StageImpl tc_cuda_impl(const char *variant, const char *what)
+{
+    return {"14", "hopper", variant, DEVICE_CUDA, what, FEAT_BACKWARD | FEAT_CAUSAL | FEAT_GQA, tc_forward<HIDE>,
+            tc_backward, tc_workspace_bytes, NULL, PRECISION_BF16, {64, 128}};
+}
+static const StageImpl tc_cuda = tc_cuda_impl<HIDE_BOTH>("",
+    "FA on Hopper, bf16: a TMA producer warpgroup, mbarriers, wgmma consumer warpgroups, forward and backward");
+static const StageImpl tc_cuda_no_pingpong = tc_cuda_impl<HIDE_IN_WARPGROUP>("no-pingpong",
+    "the forward without ping-pong: the consumer warpgroups do not take turns (ablation)");
+static const StageImpl tc_cuda_no_overlap = tc_cuda_impl<HIDE_PINGPONG>("no-overlap",
+    "the forward without the overlap inside a warpgroup: P V finishes before the softmax (ablation)");
+static const StageImpl tc_cuda_serial = tc_cuda_impl<HIDE_NONE>("serial",
+    "the forward with neither ping-pong nor the overlap inside a warpgroup (ablation)");
 
-extern "C" const StageImpl *const stage14_hopper_cuda[] = {&tc_cuda, NULL};
+extern "C" const StageImpl *const stage14_hopper_cuda[] = {&tc_cuda, &tc_cuda_no_pingpong, &tc_cuda_no_overlap,
+                                                          &tc_cuda_serial, NULL};
