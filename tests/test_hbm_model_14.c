@@ -7,8 +7,8 @@
  *
  * Usage: test_hbm_model_14 cpu|cuda (cuda: skipped with 77 without a Hopper GPU or in a build
  * without sm_90a). Both devices share one closed form: bf16 inputs are 2 bytes an element, o, lse,
- * D, dq, dk, dv 4 bytes; the kernels' tiles (stages/14_hopper/tiles.h) are 128 query rows and 128
- * keys in the forward, 64 query rows and 128 keys in the backward, where dq is read-modify-written
+ * D, dq, dk, dv 4 bytes; the kernels' tiles (stages/14_hopper/tiles.h) are 192 query rows at d = 64
+ * and 128 at d = 128, and 128 keys, in the forward, 64 query rows and 128 keys in the backward, where dq is read-modify-written
  * once per 128 keys at d = 64 (the two consumer warpgroups sum their shares first) and once per 64
  * keys at d = 128 (each adds its own); the reference counts the same. The problems are stage 12's (hbm_model_tc.c). The expected numbers are
  * computed here from the doc's formulas, tile by tile, with test_keys_seen (docs/conventions.md)
@@ -23,7 +23,10 @@
 #include "test_support.h"
 
 /* The kernels' tiles (tiles.h), written out again. */
-enum { FWD_ROWS = 128, FWD_KEYS = 128, BWD_ROWS = 64, BWD_KEYS = 128, WG_KEYS = 64 };
+enum { FWD_KEYS = 128, BWD_ROWS = 64, BWD_KEYS = 128, WG_KEYS = 64 };
+
+/* Query rows of a forward block: three consumer warpgroups of 64 at d = 64, two at d = 128. */
+static int fwd_rows(const AttnProblem *p) { return p->d == 64 ? 192 : 128; }
 
 /* Keys per read-modify-write of dq: 128 at d = 64, 64 at d = 128. */
 static uint64_t dq_keys(const AttnProblem *p) { return p->d == 64 ? BWD_KEYS : WG_KEYS; }
@@ -32,7 +35,7 @@ static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 /* ---- docs/hbm_model.md, stage 14, written out again ---------------------------------------- */
 
-static uint64_t kv_rows_forward(const AttnProblem *p) { return tc_kv_rows_forward(p, FWD_ROWS, FWD_KEYS); }
+static uint64_t kv_rows_forward(const AttnProblem *p) { return tc_kv_rows_forward(p, fwd_rows(p), FWD_KEYS); }
 
 /* Query rows one query head streams past the backward's key tiles: for each key tile of `keys`
  * from j0, the rows of every query tile of 64 whose last row sees key j0. With `per_adder`, each

@@ -230,7 +230,9 @@ def attention(q, k, v, *, stage, variant="", causal=False, window=0, sink_tokens
     """
     sinks = None if sinks is None else sinks.float()
     _require_inputs(q, k, v, sinks)
-    o, _ = _attention_op(q.contiguous(), k.contiguous(), v.contiguous(), _ready(sinks), str(stage),
-                         variant or "", bool(causal), int(window), int(sink_tokens),
+    # contiguous only: the alignment check reads data_ptr(), which torch.compile cannot trace, so
+    # it happens inside the operator (_ready), where the compiler does not look
+    o, _ = _attention_op(q.contiguous(), k.contiguous(), v.contiguous(), None if sinks is None else sinks.contiguous(),
+                         str(stage), variant or "", bool(causal), int(window), int(sink_tokens),
                          None if scale is None else float(scale))
     return o.to(q.dtype)

@@ -76,15 +76,19 @@ __device__ __forceinline__ bool hidden(const TcArgs &a, int i, int j)
 // tile twice as wide (tiles.h: BC = 128 keys, one wgmma N); reference.c walks the same tiles, so P
 // is rounded to bf16 after the same running maxima there.
 template <int D> struct FwdTile {
-    static constexpr int BR = TC_BLOCK_R, BC = TC_FWD_BLOCK_C;
-    static constexpr int ROWS = 64;                  // query rows of one consumer warpgroup (one wgmma M)
-    static constexpr int CONSUMERS = BR / ROWS, NT = 128 * (1 + CONSUMERS);
+    static constexpr int ROWS = 64; // query rows of one consumer warpgroup (one wgmma M)
+    // Consumer warpgroups: two at d = 128; three at d = 64, where a round of a warpgroup is half as
+    // long, so a third warpgroup's rounds help hide each one's softmax and its waits, and each K/V
+    // tile serves 192 query rows instead of 128
+    static constexpr int CONSUMERS = TC_FWD_BLOCK_R(D) / ROWS, NT = 128 * (1 + CONSUMERS);
+    static constexpr int BR = TC_FWD_BLOCK_R(D), BC = TC_FWD_BLOCK_C;
     // K/V stages in the ring: a consumer holds two at a time (P_{j-1} V_{j-1} runs while S_j is
     // computed), so the producer needs more than two to stay a tile ahead; at d = 128 three of
     // 64 KiB each and Q_i fill 224 of the 227 KiB of shared memory a block may have
     static constexpr int NSTAGE = D == 64 ? 4 : 3;
     static constexpr int CBLK = D / 64, NO = D / 8; // 64-column blocks of a tile; 8-column blocks of O
-    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240; // 128 x 24 + 256 x 240 <= 64 K
+    // Registers per thread after setmaxnreg: 128 x 24 + CONSUMERS x 128 x CONSUMER_REGS <= 64 K
+    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS == 3 ? 160 : 240;
 };
 
 template <int D> struct FwdSmem {
@@ -275,14 +279,14 @@ __device__ __forceinline__ void release(uint64_t *kv_empty, int lane)
         mbar_arrive(kv_empty);
 }
 
-// The two consumer warpgroups take turns at the tensor cores ("ping-pong"): warpgroup c waits on
-// named barrier TURN + c until the other has issued its matrix products, issues its own, and lets
-// the other go. So the softmax of one warpgroup runs while the other's products keep the tensor
-// cores busy. Both must pass the turn equally often, so each goes round n_tiles + 1 times (a tile
-// of the block that a warpgroup's rows do not reach gives it an empty round). The rounds are
-// written out as prologue, steady state and drain, with no branch around a wgmma inside the loop:
-// ptxas serialises wgmmas that sit in divergent-looking paths.
-constexpr int TURN = 1; // named barriers 1 and 2 (0 is __syncthreads)
+// The consumer warpgroups take turns at the tensor cores ("ping-pong"), in a ring 0 -> 1 (-> 2) -> 0:
+// warpgroup c waits on named barrier TURN + c until the one before it has issued its matrix
+// products, issues its own, and lets the next one go. So the softmax of one warpgroup runs while
+// the others' products keep the tensor cores busy. All must pass the turn equally often, so each goes
+// round n_tiles + 1 times (a tile of the block that a warpgroup's rows do not reach gives it an
+// empty round). The rounds are written out as prologue, steady state and drain, with no branch
+// around a wgmma inside the loop: ptxas serialises wgmmas that sit in divergent-looking paths.
+constexpr int TURN = 1; // named barriers 1 .. CONSUMERS (0 is __syncthreads)
 
 // Which of the two ways of hiding the softmax a forward kernel uses. The stage uses both; the
 // variants "no-pingpong", "no-overlap" and "serial" leave one or both out, so that `flashlab bench`
@@ -290,16 +294,18 @@ constexpr int TURN = 1; // named barriers 1 and 2 (0 is __syncthreads)
 // without the overlap a consumer waits for P_{j-1} V_{j-1} too before tile j's softmax.
 enum Hide : int { HIDE_NONE = 0, HIDE_IN_WARPGROUP = 1, HIDE_PINGPONG = 2, HIDE_BOTH = 3 };
 
-template <int HIDE> __device__ __forceinline__ void wait_turn(int c)
-{
-    if constexpr ((HIDE & HIDE_PINGPONG) != 0)
-        named_barrier_sync(TURN + c, 256);
-}
-template <int HIDE> __device__ __forceinline__ void pass_turn(int c)
-{
-    if constexpr ((HIDE & HIDE_PINGPONG) != 0)
-        named_barrier_arrive(TURN + (1 - c), 256);
-}
+template <int HIDE, int CONSUMERS> struct Turns {
+    static __device__ __forceinline__ void wait(int c)
+    {
+        if constexpr ((HIDE & HIDE_PINGPONG) != 0)
+            named_barrier_sync(TURN + c, 256); // this warpgroup and the one passing to it
+    }
+    static __device__ __forceinline__ void pass(int c)
+    {
+        if constexpr ((HIDE & HIDE_PINGPONG) != 0)
+            named_barrier_arrive(TURN + (c + 1) % CONSUMERS, 256);
+    }
+};
 
 // One consumer warpgroup: rows q0 .. q0 + 63 of the head (q0 = the tile's first row + 64 c).
 // Round j is software-pipelined inside the warpgroup too: it issues S_j = Q K_j^T and then
@@ -310,6 +316,7 @@ template <int D, int HIDE>
 __device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, int n_tiles)
 {
     using T = FwdTile<D>;
+    using Turn = Turns<HIDE, T::CONSUMERS>;
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, g = lane / 4;
     const Rows w = {q0, {q0 + 16 * warp + g, q0 + 16 * warp + g + 8}, lane % 4};
     // This warpgroup's own tiles: with the mask, up to its last row's last key (the other
@@ -329,23 +336,23 @@ __device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, 
     uint32_t pa[T::BC / 16][4]; // P_{r-1}, read by the P V in flight
 
     mbar_wait(&sm.q_full, 0);
-    if (c == 1 && n_tiles > 0) // warpgroup 0 goes first
-        pass_turn<HIDE>(c);
+    if (c == T::CONSUMERS - 1 && n_tiles > 0) // warpgroup 0 goes first
+        Turn::pass(c);
     if (own_tiles > 0) { // round 0: S_0, its softmax, P_0
-        wait_turn<HIDE>(c);
+        Turn::wait(c);
         mbar_wait(&sm.kv_full[0], 0);
         issue_scores<D>(s, sm, c, 0);
-        pass_turn<HIDE>(c);
+        Turn::pass(c);
         wgmma_wait<0>();
         softmax_tile(s, m, l, alpha, a, w, 0);
         p_fragments(pa, s);
     }
     for (int j = 1; j < own_tiles; j++) { // round j: S_j and P_{j-1} V_{j-1} in flight together
-        wait_turn<HIDE>(c);
+        Turn::wait(c);
         mbar_wait(&sm.kv_full[stage_of(j)], phase_of(j)); // K_j, V_j have landed
         issue_scores<D>(s, sm, c, stage_of(j));
         issue_pv<D>(o, pa, sm, stage_of(j - 1));
-        pass_turn<HIDE>(c);
+        Turn::pass(c);
         if constexpr ((HIDE & HIDE_IN_WARPGROUP) == 0)
             wgmma_wait<0>(); // the ablation without the overlap: P_{j-1} V_{j-1} first, then the softmax
         /* exercise: begin — the overlap: wait for S_j alone, run tile j's softmax while P_{j-1} V_{j-1} still runs, then wait for it, hand stage j - 1 back and only then rescale Õ (the product adds into it) and round P_j (check 14 --device cuda: o of the cases longer than one 128-key tile) | stub: wgmma_wait<0>(); softmax_tile(s, m, l, alpha, a, w, j * T::BC); release(&sm.kv_empty[stage_of(j - 1)], lane); p_fragments(pa, s); */
@@ -358,24 +365,24 @@ __device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, 
         /* exercise: end */
     }
     if (own_tiles > 0) { // round own_tiles: the last tile's P V
-        wait_turn<HIDE>(c);
+        Turn::wait(c);
         issue_pv<D>(o, pa, sm, stage_of(own_tiles - 1));
-        pass_turn<HIDE>(c);
+        Turn::pass(c);
         wgmma_wait<0>();
         release(&sm.kv_empty[stage_of(own_tiles - 1)], lane);
     }
     for (int j = own_tiles; j < n_tiles; j++) { // the other warpgroup's last tile: an empty round
-        wait_turn<HIDE>(c);
-        pass_turn<HIDE>(c);
+        Turn::wait(c);
+        Turn::pass(c);
         mbar_wait(&sm.kv_full[stage_of(j)], phase_of(j));
         release(&sm.kv_empty[stage_of(j)], lane);
     }
     if (own_tiles == 0 && n_tiles > 0) { // n_tiles + 1 rounds in all, as the other warpgroup
-        wait_turn<HIDE>(c);
-        pass_turn<HIDE>(c);
+        Turn::wait(c);
+        Turn::pass(c);
     }
     if (c == 0 && n_tiles > 0) // the turn warpgroup 0 was last given, taken back
-        wait_turn<HIDE>(c);
+        Turn::wait(c);
 
     // O = Õ / l, lse = (m + log2 l) ln 2; a row that saw no key: o = 0, lse = -inf
 #pragma unroll

@@ -20,7 +20,8 @@
  * TC_FWD_BLOCK_C = 128 in the forward (stage 12: 64). The online softmax runs in base 2, as on the
  * GPU: s2 = S * scale * log2(e).
  *
- * Forward, per (b, h) and query block Q_i of TC_BLOCK_R = 128 rows (one thread block's rows):
+ * Forward, per (b, h) and query block Q_i of TC_FWD_BLOCK_R(d) rows (one thread block's rows: 192
+ * at d = 64, 128 at d = 128):
  *   load Q16_i;  m = -inf, l = 0, O = 0
  *   for each K/V tile j (TC_FWD_BLOCK_C keys) up to the block's last visible key:
  *     load K16_j, V16_j
@@ -154,7 +155,7 @@ static void fwd_tiles_free(FwdTiles *t)
 
 static int fwd_tiles_alloc(FwdTiles *t, int d, int dv)
 {
-    const size_t Br = TC_BLOCK_R, Bc = TC_FWD_BLOCK_C;
+    const size_t Br = TC_FWD_BLOCK_R(d), Bc = TC_FWD_BLOCK_C;
     t->Q = malloc(Br * d * sizeof(float));
     t->Kt = malloc(Bc * d * sizeof(float));
     t->V = malloc(Bc * dv * sizeof(float));
@@ -211,7 +212,7 @@ static void fwd_block(const AttnProblem *p, AttnTensors *out, const FwdTiles *t,
                       HbmCounter *hbm)
 {
     const int d = p->d, dv = p->dv, Tq = p->Tq, Tk = p->Tk;
-    const int rows = min_int(TC_BLOCK_R, Tq - i0);
+    const int rows = min_int(TC_FWD_BLOCK_R(d), Tq - i0);
     const size_t qh = (size_t)b * p->Hq + h;                    /* query head */
     const size_t kvh = (size_t)b * p->Hkv + h / (p->Hq / p->Hkv); /* the kv head it reads */
     const uint16_t *K16 = p->k_bf16 + kvh * Tk * d, *V16 = p->v_bf16 + kvh * Tk * dv;
@@ -261,7 +262,8 @@ static int tc_forward(const AttnProblem *p, AttnTensors *out, RunCtx *ctx, FlErr
     int rc = need_bf16_inputs(p, 0, err);
     if (rc != FL_OK)
         return rc;
-    const int blocks = (p->Tq + TC_BLOCK_R - 1) / TC_BLOCK_R; /* query blocks per head */
+    const int block_rows = TC_FWD_BLOCK_R(p->d);
+    const int blocks = (p->Tq + block_rows - 1) / block_rows; /* query blocks per head */
     const size_t items = (size_t)p->B * p->Hq * blocks;        /* one thread block each */
     const int workers = worker_count(ctx, items);
     FwdTiles *tiles = calloc((size_t)workers, sizeof *tiles);
@@ -273,7 +275,7 @@ static int tc_forward(const AttnProblem *p, AttnTensors *out, RunCtx *ctx, FlErr
         for (long item = 0; item < (long)items; item++) {
             const int block = (int)(item % blocks), head = (int)(item / blocks);
             fwd_block(p, out, &tiles[omp_get_thread_num()], head / p->Hq, head % p->Hq,
-                      block * TC_BLOCK_R, ctx->hbm);
+                      block * block_rows, ctx->hbm);
         }
     }
     for (int w = 0; tiles && w < workers; w++)

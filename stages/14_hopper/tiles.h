@@ -6,7 +6,8 @@
 
 #include "host_device.h"
 
-#define TC_BLOCK_R 128    /* query rows per forward thread block (2 consumer warpgroups x 64) */
+/* query rows per forward thread block: 64 per consumer warpgroup, two at d = 128, three at d = 64 */
+#define TC_FWD_BLOCK_R(d) ((d) == 64 ? 192 : 128)
 #define TC_BWD_BLOCK_C 128 /* keys per backward thread block: two consumer warpgroups of
                               TC_BWD_WG_KEYS keys each */
 #define TC_BWD_WG_KEYS 64  /* keys of one consumer warpgroup (one wgmma M) */
