@@ -11,7 +11,7 @@
  *   - warp specialization: one warpgroup only copies (the producer), two only compute (the
  *     consumers), handing K/V stages back and forth on mbarriers; setmaxnreg moves registers from
  *     the producer, which needs few, to the consumers, which hold the accumulators.
- * The algorithm is stage 12's: the same query tiles (BR = 128), the same online softmax in base 2,
+ * The algorithm is stage 12's: query tiles of 128 rows (192 at d = 64), the same online softmax in base 2,
  * the same rounding of P to bf16, with key tiles of 128 (one wgmma N) where stage 12 walks 64; the
  * CPU reference (reference.c) is stage 12's with the forward's and the backward's key tiles at 128.
  * The backward pass is new too: the same producer/consumer split, with the keys in wgmma's M.
@@ -57,22 +57,23 @@ __device__ __forceinline__ bool hidden(const TcArgs &a, int i, int j)
 
 // ==== the forward pass, on Hopper =================================================================
 //
-// One thread block of three warpgroups (384 threads) per query tile Q_i (BR = 128 rows) of one head.
+// One thread block per query tile Q_i of one head: BR = 128 rows and three warpgroups (384 threads)
+// at d = 128, BR = 192 rows and four warpgroups (512 threads) at d = 64 (FwdTile says why).
 // The warpgroups do different jobs ("warp specialization"):
 //   warpgroup 0, the producer: gives most of its registers back (setmaxnreg) and one of its threads
 //     issues every copy with TMA: Q_i once, then K_j and V_j into a ring of NSTAGE shared-memory
 //     stages, as far ahead as the ring allows;
-//   warpgroups 1 and 2, the consumers: take more registers; each owns 64 rows of Q_i and walks the
+//   warpgroups 1, 2 (and 3), the consumers: take more registers; each owns 64 rows of Q_i and walks the
 //     K/V tiles: S = Q_i K_j^T (64, BC) by wgmma straight from shared memory, the online softmax in
 //     registers (stage 12's, line for line), then O += P V_j (64, D) by wgmma with P in registers.
 // A stage changes hands on two mbarriers (common/hopper.cuh):
 //   kv_full[s]   the producer announces the bytes of K_j and V_j; TMA counts them down as they land;
 //                the consumers wait on it;
-//   kv_empty[s]  each of the 8 consumer warps arrives when its wgmmas have finished reading stage s;
+//   kv_empty[s]  each consumer warp (8 or 12) arrives when its wgmmas have finished reading stage s;
 //                the producer waits on it before it reuses s for tile j + NSTAGE.
 // Shared memory holds every tile in the 128-byte swizzled layout (hopper.cuh): blocks of 64 columns,
 // each filled by one TMA box with rows of 128 bytes (whole L2 lines) and read by wgmma through a
-// swizzled descriptor without bank conflicts. The query tile is stage 12's (BR = 128 rows), the key
+// swizzled descriptor without bank conflicts. The query tile is stage 12's at d = 128, the key
 // tile twice as wide (tiles.h: BC = 128 keys, one wgmma N); reference.c walks the same tiles, so P
 // is rounded to bf16 after the same running maxima there.
 template <int D> struct FwdTile {
@@ -319,7 +320,7 @@ __device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, 
     using Turn = Turns<HIDE, T::CONSUMERS>;
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, g = lane / 4;
     const Rows w = {q0, {q0 + 16 * warp + g, q0 + 16 * warp + g + 8}, lane % 4};
-    // This warpgroup's own tiles: with the mask, up to its last row's last key (the other
+    // This warpgroup's own tiles: with the mask, up to its last row's last key (another
     // warpgroup's rows may reach one tile further). Tiles past them are only handed back.
     const int rows = min(T::ROWS, a.Tq - q0);
     const int key_end = rows > 0 ? tc_keys_seen(a.causal, a.Tq, a.Tk, q0 + rows - 1) : 0;
@@ -371,13 +372,13 @@ __device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, 
         wgmma_wait<0>();
         release(&sm.kv_empty[stage_of(own_tiles - 1)], lane);
     }
-    for (int j = own_tiles; j < n_tiles; j++) { // the other warpgroup's last tile: an empty round
+    for (int j = own_tiles; j < n_tiles; j++) { // another warpgroup's last tiles: empty rounds
         Turn::wait(c);
         Turn::pass(c);
         mbar_wait(&sm.kv_full[stage_of(j)], phase_of(j));
         release(&sm.kv_empty[stage_of(j)], lane);
     }
-    if (own_tiles == 0 && n_tiles > 0) { // n_tiles + 1 rounds in all, as the other warpgroup
+    if (own_tiles == 0 && n_tiles > 0) { // n_tiles + 1 rounds in all, as the others
         Turn::wait(c);
         Turn::pass(c);
     }
