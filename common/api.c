@@ -233,40 +233,40 @@ static int backward_problem(const char *stage, const char *variant, const char *
     return rc;
 }
 
-int flashlab_backward(const char *stage, const char *variant, const char *device, const flashlab_problem *p,
-                      const void *dout, float *o, float *lse, float *dq, float *dk, float *dv, float *dsinks,
-                      flashlab_counters *counters)
+/* What both backward entries do: given_o_lse = 1 reads o and lse (a forward's outputs, never
+ * written: RunnerArrays.given_o_lse), 0 lets the forward pass write them first. */
+static int backward_entry(const char *stage, const char *variant, const char *device, const flashlab_problem *p,
+                          const void *dout, float *o, float *lse, float *const grads[4], int given_o_lse,
+                          flashlab_counters *counters)
 {
     const StageImpl *impl = NULL;
     AttnProblem prob;
     RunnerArrays arrays;
-    float *const grads[4] = {dq, dk, dv, dsinks};
     int rc = backward_problem(stage, variant, device, p, dout, grads, &impl, &prob, &arrays);
     if (rc == FLASHLAB_OK && (!o || !lse))
-        rc = fail(FLASHLAB_BAD_INPUT, "o and lse must both be given (the forward pass writes them)");
+        rc = fail(FLASHLAB_BAD_INPUT, "o and lse must both be given (%s)",
+                  given_o_lse ? "the forward's outputs, read here" : "the forward pass writes them");
     if (rc != FLASHLAB_OK)
         return rc;
-    float *const dst[OUT_COUNT] = {o, lse, dq, dk, dv, prob.sinks ? dsinks : NULL};
+    arrays.given_o_lse = given_o_lse;
+    float *const dst[OUT_COUNT] = {o, lse, grads[0], grads[1], grads[2], prob.sinks ? grads[3] : NULL};
     return run(impl, DIR_BWD, &prob, &arrays, dst, counters);
+}
+
+int flashlab_backward(const char *stage, const char *variant, const char *device, const flashlab_problem *p,
+                      const void *dout, float *o, float *lse, float *dq, float *dk, float *dv, float *dsinks,
+                      flashlab_counters *counters)
+{
+    float *const grads[4] = {dq, dk, dv, dsinks};
+    return backward_entry(stage, variant, device, p, dout, o, lse, grads, 0, counters);
 }
 
 int flashlab_backward_from(const char *stage, const char *variant, const char *device, const flashlab_problem *p,
                            const void *dout, const float *o, const float *lse, float *dq, float *dk, float *dv,
                            float *dsinks, flashlab_counters *counters)
 {
-    const StageImpl *impl = NULL;
-    AttnProblem prob;
-    RunnerArrays arrays;
     float *const grads[4] = {dq, dk, dv, dsinks};
-    int rc = backward_problem(stage, variant, device, p, dout, grads, &impl, &prob, &arrays);
-    if (rc == FLASHLAB_OK && (!o || !lse))
-        rc = fail(FLASHLAB_BAD_INPUT, "o and lse must both be given (the forward's outputs, read here)");
-    if (rc != FLASHLAB_OK)
-        return rc;
-    arrays.given_o_lse = 1;
-    /* o and lse are read only: the runner never writes given ones (RunnerArrays.given_o_lse) */
-    float *const dst[OUT_COUNT] = {(float *)o, (float *)lse, dq, dk, dv, prob.sinks ? dsinks : NULL};
-    return run(impl, DIR_BWD, &prob, &arrays, dst, counters);
+    return backward_entry(stage, variant, device, p, dout, (float *)o, (float *)lse, grads, 1, counters);
 }
 
 size_t flashlab_list(char *buf, size_t len)

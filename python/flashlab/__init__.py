@@ -294,27 +294,30 @@ def _forward_at(names, dims, options, q, k, v, sinks, o, lse, counters=True, arr
     return None if c is None else _counters_dict(c)
 
 
-def _backward_at(names, dims, options, q, k, v, sinks, do, o, lse, dq, dk, dv, dsinks, counters=True,
-                 arrays=HOST_FLOAT32):
-    """flashlab_backward on the buffers at the given addresses (every output written)."""
+def _backward_call(entry, names, dims, options, q, k, v, sinks, do, o, lse, dq, dk, dv, dsinks, counters, arrays):
+    """A backward entry of the library (flashlab_backward or flashlab_backward_from) on the buffers
+    at the given addresses."""
     lib = load_library()
     p = _problem(dims, options, q, k, v, sinks, arrays)
     c = _new_counters(counters)
-    _check(lib, lib.flashlab_backward(*names, ctypes.byref(p), do, o, lse, dq, dk, dv, dsinks,
-                                      c if c is None else ctypes.byref(c)))
+    _check(lib, getattr(lib, entry)(*names, ctypes.byref(p), do, o, lse, dq, dk, dv, dsinks,
+                                    c if c is None else ctypes.byref(c)))
     return None if c is None else _counters_dict(c)
+
+
+def _backward_at(names, dims, options, q, k, v, sinks, do, o, lse, dq, dk, dv, dsinks, counters=True,
+                 arrays=HOST_FLOAT32):
+    """flashlab_backward on the buffers at the given addresses (every output written)."""
+    return _backward_call("flashlab_backward", names, dims, options, q, k, v, sinks, do, o, lse, dq, dk, dv,
+                          dsinks, counters, arrays)
 
 
 def _backward_from_at(names, dims, options, q, k, v, sinks, do, o, lse, dq, dk, dv, dsinks, counters=True,
                       arrays=HOST_FLOAT32):
     """flashlab_backward_from on the buffers at the given addresses: o and lse read, the gradients
     written, the forward pass not run."""
-    lib = load_library()
-    p = _problem(dims, options, q, k, v, sinks, arrays)
-    c = _new_counters(counters)
-    _check(lib, lib.flashlab_backward_from(*names, ctypes.byref(p), do, o, lse, dq, dk, dv, dsinks,
-                                           c if c is None else ctypes.byref(c)))
-    return None if c is None else _counters_dict(c)
+    return _backward_call("flashlab_backward_from", names, dims, options, q, k, v, sinks, do, o, lse, dq, dk,
+                          dv, dsinks, counters, arrays)
 
 
 def _outputs(shapes):
