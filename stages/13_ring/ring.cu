@@ -50,6 +50,9 @@
  * shard's gradients are complete; the last send of the pass carries them to their owner, straight
  * into its dk, dv. So a rank sends P - 1 K/V shards and P dK/dV shards, as on the CPU.
  *
+ * Before step 0, each rank's compute stream waits for the caller's work on the legacy default stream
+ * (uploads, poisoning: the ring's streams are non-blocking, so nothing else orders them after it),
+ * then records `ready`, which link waits for: its first send reads the rank's own K/V shard.
  * Per rank and step s, in the order the host enqueues it (P ranks; held = own shard at s = 0, else
  * kv[s % 2]):
  *   compute:  [s >= 1: wait full[s % 2]]   step kernel on held   record freed[s % 2]
@@ -686,7 +689,7 @@ struct Rank {
     int r, device;
     ncclComm_t comm;
     cudaStream_t compute, link;
-    cudaEvent_t full[2], freed[2], folded, acc_arrived, done; // the schedule (file header)
+    cudaEvent_t ready, full[2], freed[2], folded, acc_arrived, done; // the schedule (file header)
     cudaEvent_t *marks;  // timing: begin and end of each stretch of compute work, or NULL
     int spans;           // stretches marked so far
     RankRows rows;
@@ -899,6 +902,16 @@ int record(cudaEvent_t event, cudaStream_t stream, FlError *err)
 
 int use_device(const Rank &x, FlError *err) { return fl_cuda_status(cudaSetDevice(x.device), "cudaSetDevice", err); }
 
+// A new event recorded on the legacy default stream of the current device: it stands for all the
+// caller has queued there (uploads, poisoning, zeroing a counter). The ranks' streams are
+// non-blocking, so they run after that work only if they wait for this event: a cudaMemset, or a
+// cudaMemcpy from pageable memory, may return before its bytes have landed.
+int caller_work_done(cudaEvent_t *event, FlError *err)
+{
+    int rc = fl_cuda_status(cudaEventCreateWithFlags(event, cudaEventDisableTiming), "creating an event", err);
+    return rc == FL_OK ? record(*event, 0, err) : rc;
+}
+
 // Timing marks: marks 2i and 2i + 1 bound the i-th stretch of kernels on the compute stream (the
 // prologue, each step kernel, each fold), so that waits between them are not counted.
 int max_spans(int P) { return 1 + 2 * P; }
@@ -922,6 +935,13 @@ int ring_pass(const Ring &g, Rank *ranks, int n, Direction dir, FlError *err)
     for (int i = 0; rc == FL_OK && i < n; i++) {
         Rank &x = ranks[i];
         rc = use_device(x, err);
+        // Compute already waits for the rank's inputs (the caller's uploads, mode A's scatter); the
+        // link stream, whose first send reads the own K/V shard and whose last receive overwrites
+        // the poisoned dk, dv, waits for the same point.
+        if (rc == FL_OK)
+            rc = record(x.ready, x.compute, err);
+        if (rc == FL_OK)
+            rc = wait(x.link, x.ready, err);
         if (rc == FL_OK)
             rc = span_begin(x, err);
         if (rc == FL_OK)
@@ -1037,7 +1057,8 @@ int rank_open(const Ring &g, Rank &x, bool counting, bool timing, FlError *err)
         rc = fl_cuda_status(cudaStreamCreateWithFlags(&x.compute, cudaStreamNonBlocking), "creating a stream", err);
     if (rc == FL_OK)
         rc = fl_cuda_status(cudaStreamCreateWithFlags(&x.link, cudaStreamNonBlocking), "creating a stream", err);
-    cudaEvent_t *sync_events[] = {&x.full[0], &x.full[1], &x.freed[0], &x.freed[1], &x.folded, &x.acc_arrived, &x.done};
+    cudaEvent_t *sync_events[] = {&x.ready,   &x.full[0], &x.full[1],      &x.freed[0],
+                                  &x.freed[1], &x.folded,  &x.acc_arrived, &x.done};
     for (cudaEvent_t *e : sync_events)
         if (rc == FL_OK)
             rc = fl_cuda_status(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "creating an event", err);
@@ -1097,7 +1118,7 @@ int rank_close(const Ring &g, Rank &x, RankCounter *out, unsigned long long tota
         free(x.marks);
         x.marks = nullptr;
     }
-    cudaEvent_t events[] = {x.full[0], x.full[1], x.freed[0], x.freed[1], x.folded, x.acc_arrived, x.done};
+    cudaEvent_t events[] = {x.ready, x.full[0], x.full[1], x.freed[0], x.freed[1], x.folded, x.acc_arrived, x.done};
     for (cudaEvent_t e : events)
         if (e)
             cudaEventDestroy(e);
@@ -1163,12 +1184,20 @@ int run_one_rank(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, Direction di
     x.q = p->q, x.k = p->k, x.v = p->v, x.dO = p->dout;
     x.o = t->o, x.lse = t->lse, x.dq = t->dq, x.dk = t->dk, x.dv = t->dv;
     ring_buffers(g, dir, (float *)ctx->workspace, &x.buf);
+    // The launcher's uploads and poisoning are on the legacy default stream: they come first.
+    cudaEvent_t start = nullptr;
+    if (rc == FL_OK)
+        rc = caller_work_done(&start, err);
     if (rc == FL_OK)
         rc = rank_open(g, x, ctx->hbm_dev != nullptr, ctx->rank_counters != nullptr, err);
+    if (rc == FL_OK)
+        rc = wait(x.compute, start, err);
     if (rc == FL_OK)
         rc = ring_pass(g, &x, 1, dir, err);
     unsigned long long total[2] = {0, 0};
     rc = rank_close(g, x, ctx->rank_counters ? &ctx->rank_counters[x.r] : nullptr, total, rc, err);
+    if (start)
+        cudaEventDestroy(start);
     if (rc == FL_OK)
         rc = add_to_run_counter(ctx->hbm_dev, total, err);
     return rc;
@@ -1355,9 +1384,7 @@ int run_all_ranks(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, Direction d
         return rc;
     // Whatever the caller queued on the legacy default stream (uploads, poisoning) comes first.
     cudaEvent_t start = nullptr;
-    rc = fl_cuda_status(cudaEventCreateWithFlags(&start, cudaEventDisableTiming), "creating an event", err);
-    if (rc == FL_OK)
-        rc = record(start, 0, err);
+    rc = caller_work_done(&start, err);
     Rank ranks[kMaxRanks];
     memset(ranks, 0, sizeof ranks);
     int opened = 0;
