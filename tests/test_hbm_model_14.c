@@ -8,9 +8,9 @@
  * Usage: test_hbm_model_14 cpu|cuda (cuda: skipped with 77 without a Hopper GPU or in a build
  * without sm_90a). Both devices share one closed form: bf16 inputs are 2 bytes an element, o, lse,
  * D, dq, dk, dv 4 bytes; the kernels' tiles (stages/14_hopper/tiles.h) are 192 query rows at d = 64
- * and 128 at d = 128, and 128 keys, in the forward, 64 query rows and 128 keys in the backward, where dq is read-modify-written
- * once per 128 keys at d = 64 (the two consumer warpgroups sum their shares first) and once per 64
- * keys at d = 128 (each adds its own); the reference counts the same. The problems are stage 12's (hbm_model_tc.c). The expected numbers are
+ * and 128 at d = 128, and 128 keys, in the forward; 64 query rows and 192 keys at d = 64, 128 at
+ * d = 128, in the backward, where dq is read-modify-written once per 64 keys (each consumer
+ * warpgroup adds its own share); the reference counts the same. The problems are stage 12's (hbm_model_tc.c). The expected numbers are
  * computed here from the doc's formulas, tile by tile, with test_keys_seen (docs/conventions.md)
  * deciding which tiles a causal walk visits; nothing is taken from the stage. */
 #include <stdint.h>
@@ -23,13 +23,14 @@
 #include "test_support.h"
 
 /* The kernels' tiles (tiles.h), written out again. */
-enum { FWD_KEYS = 128, BWD_ROWS = 64, BWD_KEYS = 128, WG_KEYS = 64 };
+enum { FWD_KEYS = 128, BWD_ROWS = 64, WG_KEYS = 64 };
 
 /* Query rows of a forward block: three consumer warpgroups of 64 at d = 64, two at d = 128. */
 static int fwd_rows(const AttnProblem *p) { return p->d == 64 ? 192 : 128; }
 
-/* Keys per read-modify-write of dq: 128 at d = 64, 64 at d = 128. */
-static uint64_t dq_keys(const AttnProblem *p) { return p->d == 64 ? BWD_KEYS : WG_KEYS; }
+/* Keys of a backward block: three consumer warpgroups of 64 at d = 64, two at d = 128. */
+static int bwd_keys(const AttnProblem *p) { return p->d == 64 ? 192 : 128; }
+
 
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
@@ -39,13 +40,13 @@ static uint64_t kv_rows_forward(const AttnProblem *p) { return tc_kv_rows_forwar
 
 /* Query rows one query head streams past the backward's key tiles: for each key tile of `keys`
  * from j0, the rows of every query tile of 64 whose last row sees key j0. With `per_adder`, each
- * such row counts once per dq_keys keys of the tile (ceil(tile keys / dq_keys)), which is how often those rows of dq are read-modified-written. */
+ * such row counts once per WG_KEYS keys of the tile (ceil(tile keys / WG_KEYS)), which is how often those rows of dq are read-modified-written. */
 static uint64_t q_rows_backward(const AttnProblem *p, int keys, int per_adder)
 {
     uint64_t sum = 0;
     for (int j0 = 0; j0 < p->Tk; j0 += keys) {
         const uint64_t n = min_u64((uint64_t)keys, (uint64_t)(p->Tk - j0));
-        const uint64_t times = per_adder ? (n + dq_keys(p) - 1) / dq_keys(p) : 1;
+        const uint64_t times = per_adder ? (n + WG_KEYS - 1) / WG_KEYS : 1;
         for (int i0 = 0; i0 < p->Tq; i0 += BWD_ROWS) {
             const uint64_t rows = min_u64(BWD_ROWS, (uint64_t)(p->Tq - i0));
             if (test_keys_seen(p, i0 + (int)rows - 1) > j0)
@@ -57,8 +58,9 @@ static uint64_t q_rows_backward(const AttnProblem *p, int keys, int per_adder)
 
 /* N = B Hq query heads, N_kv = B Hkv kv heads, K_f = kv_rows_forward; S = the query rows streamed
  * past the backward's key tiles and S_dq = the dq rows read-modified-written (q_rows_backward, per
- * query head): with 128-key tiles and dq added per dq_keys keys, S = q_rows(128) and S_dq =
- * q_rows(128, per adder). Bytes:
+ * query head): with key tiles of bwd_keys (192 at d = 64, 128 at d = 128) and dq added per 64 keys
+ * (each consumer warpgroup its own share), S = q_rows(bwd_keys) and S_dq = q_rows(bwd_keys, per
+ * adder). Bytes:
  *   forward   read    = N (2 Tq d + 2 K_f (d + dv))       Q16 once, K16/V16 per visited tile
  *             written = N 4 Tq (dv + 1)                   o, lse
  *   backward  read    = N 6 Tq dv                          D: dO16 (2) and o (4)
@@ -85,7 +87,7 @@ static HbmPassCounts model_with(const AttnProblem *p, uint64_t S, uint64_t Sdq)
 static HbmPassCounts model_tc(const AttnProblem *p, size_t M)
 {
     (void)M;
-    return model_with(p, q_rows_backward(p, BWD_KEYS, 0), q_rows_backward(p, BWD_KEYS, 1));
+    return model_with(p, q_rows_backward(p, bwd_keys(p), 0), q_rows_backward(p, bwd_keys(p), 1));
 }
 
 static const HbmModelRow models[] = {
@@ -98,7 +100,7 @@ enum { MODEL_COUNT = sizeof models / sizeof models[0] };
 static void walk(const AttnProblem *p, uint64_t *kf, uint64_t *s)
 {
     *kf = kv_rows_forward(p);
-    *s = q_rows_backward(p, BWD_KEYS, 0);
+    *s = q_rows_backward(p, bwd_keys(p), 0);
 }
 
 static int check_shape(const StageImpl *impl, const HbmModelRow *row, int shape, size_t M)

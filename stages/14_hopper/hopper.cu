@@ -505,14 +505,14 @@ struct QueryWalk {
 // atomic adds per element of dQ_i and step instead of one; at d = 64 they sum their shares first
 // (pair_dq) and each adds half of the columns.
 template <int D> struct WgBwdTile {
-    static constexpr int BR = TC_BWD_BLOCK_R, BC = TC_BWD_BLOCK_C;
+    static constexpr int BR = TC_BWD_BLOCK_R, BC = TC_BWD_BLOCK_C(D);
     static constexpr int KEYS = TC_BWD_WG_KEYS;     // keys of one consumer warpgroup (one wgmma M)
     static constexpr int CONSUMERS = BC / KEYS, NT = 128 * (1 + CONSUMERS);
     // Q_i, dO_i stages in the ring: 3 rather than 2 let the producer run further ahead, which at
     // d = 64 (short steps) was 4-8 % faster on an H100 and at d = 128 the same
     static constexpr int NSTAGE = 3;
     static constexpr int CBLK = D / 64, NO = D / 8, NQ = BR / 8; // 64-column blocks; 8-column blocks
-    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
+    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS == 3 ? 160 : 240;
     // dQ: with PAIR_DQ (d = 64) consumer c adds the sum of both consumers' shares for the 8-column
     // blocks [c SWAP, (c + 1) SWAP) and hands the other SWAP blocks of its own share to the other
     // consumer; without it (d = 128) each adds its whole share (tiles.h: TC_BWD_DQ_KEYS)

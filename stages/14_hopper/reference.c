@@ -35,7 +35,8 @@
  *   o = O / l (0 when l = 0),  lse = (m + log2 l) ln 2 (-inf when l = 0);  store o, lse
  *
  * Backward, with D = rowsum(dO16 ∘ o) first (o the float32 forward output), then per (b, kv head)
- * and key tile K16_j, V16_j of TC_BWD_BLOCK_C = 128 keys (one thread block of the kernel):
+ * and key tile K16_j, V16_j of TC_BWD_BLOCK_C(d) keys (one thread block of the kernel: 192 at d = 64,
+ * 128 at d = 128):
  *   dK_j = 0, dV_j = 0
  *   for every query head of the group, for each query tile Q_i of TC_BWD_BLOCK_R = 64 rows whose
  *   last row sees key j0 (the others lie above the causal diagonal: skipped):
@@ -305,7 +306,7 @@ static void bwd_tiles_free(BwdTiles *t)
 
 static int bwd_tiles_alloc(BwdTiles *t, int d, int dv)
 {
-    const size_t Br = TC_BWD_BLOCK_R, Bc = TC_BWD_BLOCK_C;
+    const size_t Br = TC_BWD_BLOCK_R, Bc = TC_BWD_BLOCK_C(d);
     t->K = malloc(Bc * d * sizeof(float));
     t->Kt = malloc(Bc * d * sizeof(float));
     t->Vt = malloc(Bc * dv * sizeof(float));
@@ -395,8 +396,8 @@ static void bwd_kv_head(const AttnProblem *p, AttnTensors *out, const float *D, 
 {
     const int d = p->d, dv = p->dv, Tk = p->Tk, Tq = p->Tq, group = p->Hq / p->Hkv;
     const size_t kvh = (size_t)b * p->Hkv + g;
-    for (int j0 = 0; j0 < Tk; j0 += TC_BWD_BLOCK_C) {
-        const int n = min_int(TC_BWD_BLOCK_C, Tk - j0);
+    for (int j0 = 0; j0 < Tk; j0 += TC_BWD_BLOCK_C(d)) {
+        const int n = min_int(TC_BWD_BLOCK_C(d), Tk - j0);
         const uint16_t *K16 = p->k_bf16 + (kvh * Tk + j0) * d, *V16 = p->v_bf16 + (kvh * Tk + j0) * dv;
         widen(t->K, K16, (size_t)n * d);           /* K16_j (n, d) */
         widen_transposed(t->Kt, K16, n, d);        /* and as (d, n) */
