@@ -484,13 +484,13 @@ struct QueryWalk {
     __device__ int tile(int step) const { return first_tile + step % tiles_per_head; }
 };
 
-// The kernel, after D (bwd_d_kernel): one block of three warpgroups per K/V tile
-// K_j, V_j (BC = 128 keys) of one kv head; it walks every query tile Q_i (BR = 64 rows) of every
+// The kernel, after D (bwd_d_kernel): one block per K/V tile K_j, V_j of one kv head (BC = 128
+// keys and three warpgroups at d = 128, 192 keys and four at d = 64); it walks every query tile Q_i (BR = 64 rows) of every
 // query head of the group (stage 12's walk):
 //   warpgroup 0, the producer: one thread loads K_j and V_j once with TMA, then Q_i and dO_i of each
 //     step into a ring of NSTAGE stages; the rest of its first warp copies lse_i (times log2 e) and
 //     D_i beside them, and all 32 arrive on the stage's q_full barrier;
-//   warpgroups 1 and 2, the consumers: warpgroup c owns keys 64c .. 64c + 63 of the tile, keeps their
+//   warpgroups 1, 2 (and 3), the consumers: warpgroup c owns keys 64c .. 64c + 63 of the tile, keeps their
 //     rows of dK_j and dV_j in registers, and for each query tile computes by wgmma
 //       S^T = K_c Q_i^T,  dP^T = V_c dO_i^T   (64, BR)  both operands K-major in shared memory
 //       P^T, dS^T                              element-wise, in registers
@@ -500,10 +500,11 @@ struct QueryWalk {
 // Computing S^T rather than S puts the keys in the wgmma's M, so the accumulators of S^T and dP^T
 // are, after rounding, the A operands of dV += P^T dO and dK += dS^T Q: no trip through shared memory
 // (stage 12 does the same with mma.sync). dQ needs dS with the queries in M: each warpgroup writes
-// its dS^T (bf16) to shared memory and a wgmma reads it back transposed. At d = 128 each warpgroup
-// adds its own 64 keys' share of dQ_i, so the two never wait for each other, at the price of two
-// atomic adds per element of dQ_i and step instead of one; at d = 64 they sum their shares first
-// (pair_dq) and each adds half of the columns.
+// its dS^T (bf16) to shared memory and a wgmma reads it back transposed. Each warpgroup adds its own
+// 64 keys' share of dQ_i, so the warpgroups never wait for each other, at the price of one atomic
+// add per element of dQ_i, step and warpgroup.
+// At d = 64 a block has three consumer warpgroups (192 keys; 160 registers each), at d = 128 two:
+// a step is half as long at d = 64, and a third warpgroup's steps hide more of each one's waits.
 template <int D> struct WgBwdTile {
     static constexpr int BR = TC_BWD_BLOCK_R, BC = TC_BWD_BLOCK_C(D);
     static constexpr int KEYS = TC_BWD_WG_KEYS;     // keys of one consumer warpgroup (one wgmma M)
@@ -513,11 +514,6 @@ template <int D> struct WgBwdTile {
     static constexpr int NSTAGE = 3;
     static constexpr int CBLK = D / 64, NO = D / 8, NQ = BR / 8; // 64-column blocks; 8-column blocks
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS == 3 ? 160 : 240;
-    // dQ: with PAIR_DQ (d = 64) consumer c adds the sum of both consumers' shares for the 8-column
-    // blocks [c SWAP, (c + 1) SWAP) and hands the other SWAP blocks of its own share to the other
-    // consumer; without it (d = 128) each adds its whole share (tiles.h: TC_BWD_DQ_KEYS)
-    static constexpr bool PAIR_DQ = TC_BWD_DQ_KEYS(D) == BC;
-    static constexpr int SWAP = PAIR_DQ ? NO / 2 : 1;
 };
 
 template <int D> struct WgBwdSmem {
@@ -528,7 +524,6 @@ template <int D> struct WgBwdSmem {
     alignas(1024) bf16 dO[T::NSTAGE][T::CBLK][T::BR][64];    // dO_i  (BR, D), one per stage
     alignas(1024) bf16 dst[T::CONSUMERS][2][T::KEYS][T::BR]; // dS^T of each consumer, two buffers
     float lse2[T::NSTAGE][T::BR], dsum[T::NSTAGE][T::BR];    // lse_i log2(e) and D_i
-    float4 swap[2][T::CONSUMERS][T::SWAP][128];              // dQ_c blocks handed over (PAIR_DQ), two buffers
     uint64_t kv_full, q_full[T::NSTAGE], q_empty[T::NSTAGE];
     static constexpr size_t BYTES = sizeof(WgBwdSmem) + 1024;
 };
@@ -681,31 +676,6 @@ __device__ __forceinline__ void store_ds_transposed(bf16 (&dst)[TC_BWD_WG_KEYS][
         }
 }
 
-// PAIR_DQ: the consumers swap halves of dQ_c through shared memory (buffer step % 2, so a slow
-// consumer never reads a half the next step overwrites); consumer c then holds the sum of both
-// shares in its blocks [c SWAP, (c + 1) SWAP). Named barrier PAIR_BARRIER joins the two (256 threads).
-constexpr int PAIR_BARRIER = 3;
-
-template <int D>
-__device__ __forceinline__ void pair_dq(float (&dq)[D / 8][4], WgBwdSmem<D> &sm, int c, int step)
-{
-    using T = WgBwdTile<D>;
-    const int tid = threadIdx.x % 128;
-    float4(&give)[T::SWAP][128] = sm.swap[step & 1][1 - c];
-    const float4(&take)[T::SWAP][128] = sm.swap[step & 1][c];
-#pragma unroll
-    for (int n = 0; n < T::NO; n++) // static register indices: the blocks are chosen by predicate
-        if (n / T::SWAP != c)
-            give[n % T::SWAP][tid] = make_float4(dq[n][0], dq[n][1], dq[n][2], dq[n][3]);
-    named_barrier_sync(PAIR_BARRIER, 256);
-#pragma unroll
-    for (int n = 0; n < T::NO; n++)
-        if (n / T::SWAP == c) {
-            const float4 x = take[n % T::SWAP][tid];
-            dq[n][0] += x.x, dq[n][1] += x.y, dq[n][2] += x.z, dq[n][3] += x.w;
-        }
-}
-
 // dQ_i += scale dQ_c in the 8-column blocks [nlo, nhi): rows q0 + 16 warp + g (+ 8) of head hq.
 template <int D>
 __device__ __forceinline__ void add_dq(const TcArgs &a, const float (&dq)[D / 8][4], const Keys &w, int hq, int q0,
@@ -773,12 +743,8 @@ __device__ void consume_bwd(WgBwdSmem<D> &sm, const TcArgs &a, const QueryWalk &
         issue_from_registers<D>(dk, dsa, &sm.q[st][0][0][0]); // dK_c += dS^T Q_i
         wgmma_commit();
         wgmma_wait<1>(); // dQ_c is done (groups finish in order): add it to HBM while dK runs
-        if constexpr (T::PAIR_DQ) { // both shares, half the columns each
-            pair_dq<D>(dq, sm, c, step);
-            add_dq<D>(a, dq, w, hq, q0, c * T::SWAP, (c + 1) * T::SWAP);
-        } else if (keys > 0) { // its own share (none without keys: dS is all zero)
+        if (keys > 0) // its own share (none without keys: dS is all zero)
             add_dq<D>(a, dq, w, hq, q0, 0, T::NO);
-        }
         wgmma_wait<0>();
         mbar_arrive(&sm.q_empty[st]); // every thread: its reads of lse_i, D_i are over (with one arrive
                                       // per warp after __syncwarp racecheck reported hazards: README)

@@ -47,7 +47,7 @@
  *     dS   = P ∘ (dP - D_i)                     (Br, Bc)  unrounded P
  *     dK_j += bf16(dS)^T Q16_i                  (Bc, d)
  *     dQ_i += scale * (bf16(dS) K16_j)           (Br, d)   read-modify-write of dq in HBM, once
- *                                                  per TC_BWD_DQ_KEYS(d) keys (tiles.h)
+ *                                                  per TC_BWD_WG_KEYS keys (tiles.h)
  *   dK_j *= scale;  store dK_j, dV_j
  * The GPU adds into dQ with atomics in whatever order its blocks finish; here one worker owns a kv
  * head and its group's dq rows, and adds the key tiles in order.
@@ -372,10 +372,10 @@ static void bwd_tile(const AttnProblem *p, AttnTensors *out, const float *D, con
             add_scaled(t->dV + (size_t)j * dv, bf16_round(t->P[(size_t)r * n + j]), t->dO + (size_t)r * dv, dv);
             add_scaled(t->dK + (size_t)j * d, bf16_round(t->dS[(size_t)r * n + j]), t->Q + (size_t)r * d, d);
         }
-    // dQ_i += scale * (bf16(dS) K16_j)   (rows, d): the share of each TC_BWD_DQ_KEYS(d) keys added
+    // dQ_i += scale * (bf16(dS) K16_j)   (rows, d): the share of each TC_BWD_WG_KEYS keys added
     // on its own, as the kernel adds them (a read-modify-write of dq in HBM each)
-    for (int c0 = 0; c0 < n; c0 += TC_BWD_DQ_KEYS(d)) {
-        const int c1 = min_int(c0 + TC_BWD_DQ_KEYS(d), n);
+    for (int c0 = 0; c0 < n; c0 += TC_BWD_WG_KEYS) {
+        const int c1 = min_int(c0 + TC_BWD_WG_KEYS, n);
         for (int r = 0; r < rows; r++) {
             memset(t->dQ, 0, (size_t)d * sizeof(float));
             const int seen = min_int(seen_in_tile(p, i0 + r, j0, n), c1);

@@ -11,11 +11,8 @@
 /* keys per backward thread block: consumer warpgroups of TC_BWD_WG_KEYS keys each, two at d = 128
  * and three at d = 64 */
 #define TC_BWD_BLOCK_C(d) ((d) == 64 ? 192 : 128)
-#define TC_BWD_WG_KEYS 64  /* keys of one consumer warpgroup (one wgmma M) */
-/* Keys whose share of dQ is added into dq at once (dq read-modify-written once per this many keys of
- * a tile): at d = 64 the two consumer warpgroups sum their shares first (one add per 128 keys), at
- * d = 128 each adds its own (per 64 keys; the buffer for the sum does not fit beside the stages) */
-#define TC_BWD_DQ_KEYS(d) TC_BWD_WG_KEYS
+#define TC_BWD_WG_KEYS 64  /* keys of one consumer warpgroup (one wgmma M); each adds its own share
+                              of dQ into dq, so dq is read-modify-written once per this many keys */
 #define TC_FWD_BLOCK_C 128 /* keys per K/V tile in the forward: stage 12 takes 64; one Hopper wgmma
                               multiplies N = 128 keys at once, and a wider N reads Q from shared
                               memory half as often per multiply-add */
