@@ -8,12 +8,13 @@
  *     are counted on an mbarrier, which the threads that need them wait on;
  *   - wgmma: the four warps of a warpgroup multiply a 64-row tile together, reading both operands
  *     straight from shared memory (or A from registers), asynchronously;
- *   - warp specialization: one warpgroup only copies (the producer), two only compute (the
+ *   - warp specialization: one warpgroup only copies (the producer), two or three only compute (the
  *     consumers), handing K/V stages back and forth on mbarriers; setmaxnreg moves registers from
  *     the producer, which needs few, to the consumers, which hold the accumulators.
- * The algorithm is stage 12's: query tiles of 128 rows (192 at d = 64), the same online softmax in base 2,
- * the same rounding of P to bf16, with key tiles of 128 (one wgmma N) where stage 12 walks 64; the
- * CPU reference (reference.c) is stage 12's with the forward's and the backward's key tiles at 128.
+ * The algorithm is stage 12's: the same online softmax in base 2, the same rounding of P to bf16,
+ * with the forward's key tiles of 128 (one wgmma N) where stage 12 walks 64, and blocks of 192
+ * query rows (forward) and 192 keys (backward) at d = 64; the CPU reference (reference.c) is stage
+ * 12's walking the same tiles (tiles.h).
  * The backward pass is new too: the same producer/consumer split, with the keys in wgmma's M.
  *
  * The runner hands the stage bf16 copies of q, k, v, dO (AttnProblem.q_bf16 ...; made outside the
