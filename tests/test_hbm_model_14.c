@@ -68,8 +68,9 @@ static uint64_t q_rows_backward(const AttnProblem *p, int keys, int per_adder)
  *                     + N S (2 (d + dv) + 8) + N S_dq 4 d  Q16_i, dO16_i, lse_i, D_i; dq_i read
  *             written = N 4 Tq + N 4 Tq d                  D; dq = 0
  *                     + N S_dq 4 d + N_kv 4 Tk (d + dv)    dq_i written; dK_j, dV_j once
- *   workspace: 0 forward, 4 N Tq backward (D) */
-static HbmPassCounts model_with(const AttnProblem *p, uint64_t S, uint64_t Sdq)
+ *   workspace: forward 0 on the CPU, 4 on the GPU (the persistent grid's work counter);
+ *              backward 4 N Tq (D) */
+static HbmPassCounts model_with(const AttnProblem *p, uint64_t S, uint64_t Sdq, uint64_t fwd_workspace)
 {
     const uint64_t N = (uint64_t)p->B * p->Hq, Nkv = (uint64_t)p->B * p->Hkv;
     const uint64_t Tq = p->Tq, Tk = p->Tk, d = p->d, dv = p->dv;
@@ -77,22 +78,28 @@ static HbmPassCounts model_with(const AttnProblem *p, uint64_t S, uint64_t Sdq)
     HbmPassCounts e;
     e.fwd.read = N * (2 * Tq * d + 2 * Kf * (d + dv));
     e.fwd.written = N * 4 * Tq * (dv + 1);
-    e.fwd.workspace = 0;
+    e.fwd.workspace = fwd_workspace;
     e.bwd.read = N * 6 * Tq * dv + Nkv * 2 * Tk * (d + dv) + N * S * (2 * (d + dv) + 8) + N * Sdq * 4 * d;
     e.bwd.written = N * 4 * Tq + N * 4 * Tq * d + N * Sdq * 4 * d + Nkv * 4 * Tk * (d + dv);
     e.bwd.workspace = N * 4 * Tq;
     return e;
 }
 
-static HbmPassCounts model_tc(const AttnProblem *p, size_t M)
+static HbmPassCounts model_cpu(const AttnProblem *p, size_t M)
 {
     (void)M;
-    return model_with(p, q_rows_backward(p, bwd_keys(p), 0), q_rows_backward(p, bwd_keys(p), 1));
+    return model_with(p, q_rows_backward(p, bwd_keys(p), 0), q_rows_backward(p, bwd_keys(p), 1), 0);
+}
+
+static HbmPassCounts model_cuda(const AttnProblem *p, size_t M)
+{
+    (void)M;
+    return model_with(p, q_rows_backward(p, bwd_keys(p), 0), q_rows_backward(p, bwd_keys(p), 1), sizeof(int));
 }
 
 static const HbmModelRow models[] = {
-    {DEVICE_CPU, "", model_tc, 0, 0, NULL},
-    {DEVICE_CUDA, "", model_tc, 0, 0, NULL},
+    {DEVICE_CPU, "", model_cpu, 0, 0, NULL},
+    {DEVICE_CUDA, "", model_cuda, 0, 0, NULL},
 };
 enum { MODEL_COUNT = sizeof models / sizeof models[0] };
 

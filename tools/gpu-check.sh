@@ -21,12 +21,16 @@
 #   CUDA_ARCH=90          architectures for CMAKE_CUDA_ARCHITECTURES (default: native)
 #   BUILD_DIR=build-gpu   build folder
 #   SKIP_TESTS=1 SKIP_SANITIZER=1 SKIP_TOUR=1 SKIP_BENCH=1 SKIP_SDPA=1   leave a part out
+#   CTEST_ARGS="-R stage14"   extra ctest arguments (default none: every gpu test, which takes over
+#                         7 minutes on an H100, most of it in the exercise tests)
 #                         (SKIP_BENCH=1 leaves out every timing section: the decode, stage 12,
 #                         window, MLA and paged ones below too)
 #   BENCH_ONLY=1          only build + bench + SDPA + summary (a cheap timing iteration)
 #   BENCH_ARGS="--T 1024,4096 --reps 5"   extra flags for `flashlab bench` (and T/d/B/H for SDPA)
 #   BENCH_STAGES=05,06    only these stages in the bench (default: every CUDA stage)
 #   SANITIZE_STAGES=06    only these stages under compute-sanitizer (default: every CUDA stage)
+#   SANITIZE_ARGS="--blocks 3"   extra flags for those checks (stage 14: blocks that take several
+#                         query tiles each, which the golden cases alone never make)
 #   SKIP_CAUSAL=1         no causal bench / SDPA runs (the stage 12 section's too)
 #   SKIP_DECODE=1         no GQA decode bench
 #   SKIP_TC=1             no stage 12 section (it also needs 12 in BENCH_STAGES when that is set;
@@ -95,8 +99,9 @@ cuda_stages=$("$FLASHLAB" list | awk '$3 == "cuda" { print $1 }' | sort -u)
 
 # ---- tests ----------------------------------------------------------------------------------------
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  step "ctest -L gpu"
-  (cd "$BUILD_DIR" && ctest -L gpu --output-on-failure) >"$OUT/ctest.log" 2>&1
+  step "ctest -L gpu ${CTEST_ARGS:-}"
+  # shellcheck disable=SC2086
+  (cd "$BUILD_DIR" && ctest -L gpu --output-on-failure ${CTEST_ARGS:-}) >"$OUT/ctest.log" 2>&1
   status=$?; record "ctest -L gpu" $status
   grep -E "tests passed|Failed|\*\*\*|Skipped" "$OUT/ctest.log" | tail -15
 fi
@@ -115,7 +120,9 @@ if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
     in_list "$s" "${SANITIZE_STAGES:-}" || continue
     variant=$([ "$v" = "-" ] && echo "" || echo "$v")
     for tool in memcheck racecheck; do
-      compute-sanitizer --tool $tool --error-exitcode 9 "$FLASHLAB" check "$s" --device cuda --variant "$variant" >>"$OUT/sanitizer.log" 2>&1
+      # shellcheck disable=SC2086
+      compute-sanitizer --tool $tool --error-exitcode 9 "$FLASHLAB" check "$s" --device cuda --variant "$variant" \
+        ${SANITIZE_ARGS:-} >>"$OUT/sanitizer.log" 2>&1
       status=$?
       printf '%-10s stage %s %-13s: %s\n' "$tool" "$s" "${variant:-(default)}" "$([ $status -eq 0 ] && echo clean || echo "FAILED (exit $status)")" |
         tee -a "$OUT/sanitizer.log"

@@ -25,7 +25,7 @@ static const Command commands[] = {
     {"check", cmd_check,
      "flashlab check STAGE [CASE_DIR...] [--device cpu|cuda] [--variant V] [--direction fwd|bwd]\n"
      "                     [--sram BYTES] [--block-r N] [--block-c N] [--threads N] [--splits N]\n"
-     "                     [--ranks P] [--verbose] [--json] [--no-io-check]",
+     "                     [--blocks N] [--ranks P] [--verbose] [--json] [--no-io-check]",
      "Runs STAGE (e.g. 3, 03 or 03_tiled) on case folders and compares every output with the case's\n"
      "expected .npy files: |out - ref| <= 1e-4 + 1e-4*|ref| for o and lse, 5e-4 for gradients; NaN/Inf\n"
      "positions must match. Those are the float32 tolerances; stage 12 computes in bf16 (float32\n"
@@ -47,6 +47,9 @@ static const Command commands[] = {
      "  --block-r/-c N      tile sizes Br, Bc (default: derived from M and d)\n"
      "  --threads N         CPU worker threads (default: all cores)\n"
      "  --splits N          stage 11: split each sequence's keys into N chunks (default: its heuristic)\n"
+     "  --blocks N          stage 14's forward (cuda): a grid of N thread blocks, each taking query tiles\n"
+     "                      until none are left (default: one block per tile; variant persistent: one\n"
+     "                      per SM); the tests use 1 and 3\n"
      "  --ranks P           stage 13: run the ring over P ranks (CPU threads; with --device cuda one GPU\n"
      "                      each, 77 with fewer GPUs; default 1)\n"
      "  --verbose           case descriptions, HBM counts, and the golden cases skipped\n"
@@ -67,7 +70,8 @@ static const Command commands[] = {
      "77 --device cuda without a CUDA device (prints 'no CUDA device: skipped').\n"},
     {"run", cmd_run,
      "flashlab run STAGE CASE_DIR --out DIR [--device cpu|cuda] [--variant V] [--direction fwd|bwd]\n"
-     "                   [--sram BYTES] [--block-r N] [--block-c N] [--threads N] [--splits N] [--ranks P]",
+     "                   [--sram BYTES] [--block-r N] [--block-c N] [--threads N] [--splits N] [--blocks N]\n"
+     "                   [--ranks P]",
      "Runs STAGE on any case folder (case.json optional, q.npy k.npy v.npy, optional do.npy and\n"
      "sinks.npy; expected files are not needed) and writes float32 o.npy and lse.npy into DIR, plus\n"
      "dq.npy dk.npy dv.npy (and dsinks.npy with sinks.npy) when do.npy is present and the stage has a\n"
@@ -95,7 +99,8 @@ static const Command commands[] = {
      "flashlab bench [--device cpu|cuda] [--stages 01,02,03] [--T 512,1024,2048,4096] [--B 1] [--H 8]\n"
      "               [--Hkv N] [--Tq N] [--d 64] [--causal] [--window W] [--sink-tokens S] [--sinks]\n"
      "               [--direction fwd|bwd] [--variant V] [--reps N] [--sram BYTES] [--block-r N]\n"
-     "               [--block-c N] [--threads N] [--json] [--page-size N] [--splits N] [--ranks P]",
+     "               [--block-c N] [--threads N] [--json] [--page-size N] [--splits N] [--blocks N]\n"
+     "               [--ranks P]",
      "Times the stages on seeded random problems: q (B, H, Tq, d), k and v (B, Hkv, T, d), d = dv.\n"
      "By default Tq = T and Hkv = H (self-attention); --Tq 1 --Hkv 8 --H 32 is a GQA decode step\n"
      "(stages without the gqa feature then report the row as unsupported). --window W (implies\n"
@@ -103,8 +108,8 @@ static const Command commands[] = {
      "--variant V benches only that variant of each stage ('' = the default one).\n"
      "--page-size N gives the stages with the paged feature (11) a paged KV cache instead: every sequence's\n"
      "T keys in pages of N slots, pages in a seeded shuffled order (the other stages keep contiguous K/V);\n"
-     "--splits N fixes stage 11's split count; --ranks P runs stage 13's ring over P ranks. Inputs above\n"
-     "2^24 elements repeat their first 2^24 values.\n"
+     "--splits N fixes stage 11's split count; --blocks N stage 14's grid (check --help); --ranks P runs\n"
+     "stage 13's ring over P ranks. Inputs above 2^24 elements repeat their first 2^24 values.\n"
      "For each (stage implementation, T, d): one counting run (HBM bytes, extra memory) and a timed\n"
      "run: the median of --reps runs after one warm-up, counting off. Prints time in ms, GFLOP/s\n"
      "(TFLOP/s on cuda), HBM bytes read and written, and extra memory, one row per run as it finishes\n"

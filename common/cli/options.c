@@ -36,6 +36,7 @@ static const OptionSpec option_specs[] = {
     {"--block-c", OPT_INT, AT(ctx.block_c), 1, 1 << 20, "check run bench"},
     {"--threads", OPT_INT, AT(ctx.threads), 1, 4096, "check run tour bench"},
     {"--splits", OPT_INT, AT(ctx.splits), 1, 1024, "check run bench"},
+    {"--blocks", OPT_INT, AT(ctx.blocks), 1, 1 << 20, "check run bench"},
     {"--ranks", OPT_INT, AT(ctx.ranks), 1, 64, "check run bench"},
     {"--page-size", OPT_INT, AT(shape.page_size), 1, 1 << 20, "bench"},
     {"--verbose", OPT_FLAG, AT(verbose), 0, 0, "check"},

@@ -23,6 +23,7 @@
  * Rounding happens at four places, the same ones stage 12's CPU reference (reference.c) uses:
  * the inputs, P before P V, P before dV = P^T dO, and dS before dK = dS^T Q and dQ = dS K. */
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -48,6 +49,7 @@ struct TcArgs {
     int causal;                  // bottom-right aligned: row i sees keys j <= i + Tk - Tq
     float scale, scale_log2;     // scale * log2(e): scores live in base 2
     unsigned long long *hbm;     // [read, written] or NULL
+    int *next_tile;              // the forward's work counter (zeroed before the launch)
 };
 
 // Key j is hidden from query row i (causal, or a key/row past the end of a short tile).
@@ -58,12 +60,14 @@ __device__ __forceinline__ bool hidden(const TcArgs &a, int i, int j)
 
 // ==== the forward pass, on Hopper =================================================================
 //
-// One thread block per query tile Q_i of one head: BR = 128 rows and three warpgroups (384 threads)
-// at d = 128, BR = 192 rows and four warpgroups (512 threads) at d = 64 (FwdTile says why).
+// A thread block takes query tiles Q_i (of any head) one after the other (FwdWork): one tile when
+// the grid has a block per tile, as the stage launches it, or many on a persistent grid of a block
+// per SM (variant "persistent"). BR = 128 rows and three warpgroups (384 threads) at d = 128,
+// BR = 192 rows and four warpgroups (512 threads) at d = 64 (FwdTile says why).
 // The warpgroups do different jobs ("warp specialization"):
 //   warpgroup 0, the producer: gives most of its registers back (setmaxnreg) and one of its threads
-//     issues every copy with TMA: Q_i once, then K_j and V_j into a ring of NSTAGE shared-memory
-//     stages, as far ahead as the ring allows;
+//     issues every copy with TMA: Q_i once per query tile, then K_j and V_j into a ring of NSTAGE
+//     shared-memory stages, as far ahead as the ring allows;
 //   warpgroups 1, 2 (and 3), the consumers: take more registers; each owns 64 rows of Q_i and walks the
 //     K/V tiles: S = Q_i K_j^T (64, BC) by wgmma straight from shared memory, the online softmax in
 //     registers (stage 12's, line for line), then O += P V_j (64, D) by wgmma with P in registers.
@@ -72,6 +76,8 @@ __device__ __forceinline__ bool hidden(const TcArgs &a, int i, int j)
 //                the consumers wait on it;
 //   kv_empty[s]  each consumer warp (8 or 12) arrives when its wgmmas have finished reading stage s;
 //                the producer waits on it before it reuses s for tile j + NSTAGE.
+// Q_i changes hands the same way, on q_full and q_empty: the consumers give it back when their
+// last S = Q_i K_j^T is done, and the producer loads the next query tile's Q while they finish.
 // Shared memory holds every tile in the 128-byte swizzled layout (hopper.cuh): blocks of 64 columns,
 // each filled by one TMA box with rows of 128 bytes (whole L2 lines) and read by wgmma through a
 // swizzled descriptor without bank conflicts. The query tile is stage 12's at d = 128, the key
@@ -98,9 +104,30 @@ template <int D> struct FwdSmem {
     alignas(1024) bf16 q[T::CONSUMERS][T::CBLK][T::ROWS][64]; // Q_i: 64 rows per consumer
     alignas(1024) bf16 k[T::NSTAGE][T::CBLK][T::BC][64];      // K_j, one per stage
     alignas(1024) bf16 v[T::NSTAGE][T::CBLK][T::BC][64];      // V_j, one per stage
-    uint64_t q_full, kv_full[T::NSTAGE], kv_empty[T::NSTAGE];
+    uint64_t q_full, q_empty, kv_full[T::NSTAGE], kv_empty[T::NSTAGE];
+    int tile; // the query tile Q_i now in q (a work index; >= the number of tiles: no more work)
     static constexpr size_t BYTES = sizeof(FwdSmem) + 1024; // + room to align the base to 1024 bytes
 };
+
+// A block's work: query tiles, BR rows of one head each, numbered head after head (so the blocks
+// running at one time share a head's K and V in L2) and, within a head, from the last tile to the
+// first (with a causal mask the last tiles walk the most keys, so they go first). A block starts
+// with tile blockIdx.x and then takes the next one from a counter (the workspace's int, zeroed
+// before the launch) until none are left. With a grid smaller than the tiles (persistent: a block
+// per SM) the producer loads the next tile's Q_i and K/V while the consumers finish the last one,
+// where a block per tile waits for its own first copies.
+struct FwdWork {
+    int bh, q0, n_tiles; // head (b, h) flattened, first row, K/V tiles it walks
+};
+
+template <int D> __device__ __forceinline__ FwdWork fwd_work(const TcArgs &a, int tile)
+{
+    constexpr int BR = FwdTile<D>::BR;
+    const int per_head = ceil_div(a.Tq, BR);
+    const int q0 = (per_head - 1 - tile % per_head) * BR, rows = min(BR, a.Tq - q0);
+    // Keys the tile needs: all of them, or (causal) up to the last row's position.
+    return {tile / per_head, q0, ceil_div(tc_keys_seen(a.causal, a.Tq, a.Tk, q0 + rows - 1), TC_FWD_BLOCK_C)};
+}
 
 // The dynamic shared memory of a block as a Smem struct whose tiles need 1024-byte alignment (the
 // 128-byte swizzle repeats every 1024 bytes).
@@ -111,12 +138,13 @@ template <typename Smem> __device__ __forceinline__ Smem &aligned_smem()
     return *reinterpret_cast<Smem *>(base);
 }
 
-// The producer's thread: Q_i's two 64-row halves, then K_j and V_j of every tile, each tile as
-// D / 64 boxes of 64 columns. Tensor maps view q as B * Hq matrices of Tq rows and k, v as B * Hkv
-// matrices of Tk rows, so a box past a head's last row is zero-filled, never the next head's rows.
+// The producer's thread, for one query tile: Q_i's 64-row parts, then K_j and V_j of every key tile,
+// each as D / 64 boxes of 64 columns. Tensor maps view q as B * Hq matrices of Tq rows and k, v as
+// B * Hkv matrices of Tk rows, so a box past a head's last row is zero-filled, never the next head's
+// rows. `it` counts the K/V tiles the block loaded before this one: the ring goes on from there.
 template <int D>
 __device__ void produce(FwdSmem<D> &sm, const CUtensorMap *mq, const CUtensorMap *mk, const CUtensorMap *mv,
-                        const TcArgs &a, int bh, int kvh, int q0, int n_tiles)
+                        const TcArgs &a, int bh, int kvh, int q0, int n_tiles, int it)
 {
     using T = FwdTile<D>;
     mbar_arrive_expect_tx(&sm.q_full, sizeof sm.q);
@@ -125,7 +153,7 @@ __device__ void produce(FwdSmem<D> &sm, const CUtensorMap *mq, const CUtensorMap
             tma_load_3d(&sm.q[c][cb][0][0], mq, 64 * cb, q0 + T::ROWS * c, bh, &sm.q_full);
     hbm_dev_add(a.hbm, HBM_READ, (unsigned long long)min(T::BR, a.Tq - q0) * D * sizeof(bf16));
     for (int j = 0; j < n_tiles; j++) {
-        const int st = j % T::NSTAGE, use = j / T::NSTAGE;
+        const int st = (it + j) % T::NSTAGE, use = (it + j) / T::NSTAGE;
         if (use > 0) // the consumers' previous use of this stage (phase use - 1) must be over
             mbar_wait(&sm.kv_empty[st], (use - 1) & 1);
         mbar_arrive_expect_tx(&sm.kv_full[st], sizeof sm.k[0] + sizeof sm.v[0]);
@@ -285,9 +313,10 @@ __device__ __forceinline__ void release(uint64_t *kv_empty, int lane)
 // warpgroup c waits on named barrier TURN + c until the one before it has issued its matrix
 // products, issues its own, and lets the next one go. So the softmax of one warpgroup runs while
 // the others' products keep the tensor cores busy. All must pass the turn equally often, so each goes
-// round n_tiles + 1 times (a tile of the block that a warpgroup's rows do not reach gives it an
-// empty round). The rounds are written out as prologue, steady state and drain, with no branch
-// around a wgmma inside the loop: ptxas serialises wgmmas that sit in divergent-looking paths.
+// round n_tiles + 1 times per query tile (a key tile that a warpgroup's rows do not reach gives it
+// an empty round); the ring runs on from one query tile to the next. The rounds are written out as
+// prologue, steady state and drain, with no branch around a wgmma inside the loop: ptxas
+// serialises wgmmas that sit in divergent-looking paths.
 constexpr int TURN = 1; // named barriers 1 .. CONSUMERS (0 is __syncthreads)
 
 // Which of the two ways of hiding the softmax a forward kernel uses. The stage uses both; the
@@ -309,13 +338,14 @@ template <int HIDE, int CONSUMERS> struct Turns {
     }
 };
 
-// One consumer warpgroup: rows q0 .. q0 + 63 of the head (q0 = the tile's first row + 64 c).
+// One consumer warpgroup, one query tile: rows q0 .. q0 + 63 of the head (q0 = the tile's first
+// row + 64 c), the tile's K/V tiles from ring position `it` on.
 // Round j is software-pipelined inside the warpgroup too: it issues S_j = Q K_j^T and then
 // O += P_{j-1} V_{j-1}, waits for S_j only, and runs tile j's softmax on the CUDA cores while the
 // tensor cores still work on P_{j-1} V_{j-1}. Then it waits for that, hands stage j - 1 back,
 // rescales Õ by tile j's alpha and rounds P_j for the next round.
 template <int D, int HIDE>
-__device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, int n_tiles)
+__device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, int n_tiles, int it)
 {
     using T = FwdTile<D>;
     using Turn = Turns<HIDE, T::CONSUMERS>;
@@ -326,8 +356,8 @@ __device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, 
     const int rows = min(T::ROWS, a.Tq - q0);
     const int key_end = rows > 0 ? tc_keys_seen(a.causal, a.Tq, a.Tk, q0 + rows - 1) : 0;
     const int own_tiles = ceil_div(key_end, T::BC);
-    const auto stage_of = [](int j) { return j % T::NSTAGE; };
-    const auto phase_of = [](int j) { return (uint32_t)(j / T::NSTAGE) & 1; };
+    const auto stage_of = [it](int j) { return (it + j) % T::NSTAGE; };
+    const auto phase_of = [it](int j) { return (uint32_t)((it + j) / T::NSTAGE) & 1; };
 
     float o[T::NO][4]; // Õ, unnormalised
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2] = {1.0f, 1.0f};
@@ -337,13 +367,10 @@ __device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, 
     float s[T::BC / 8][4];
     uint32_t pa[T::BC / 16][4]; // P_{r-1}, read by the P V in flight
 
-    mbar_wait(&sm.q_full, 0);
-    if (c == T::CONSUMERS - 1 && n_tiles > 0) // warpgroup 0 goes first
-        Turn::pass(c);
     if (own_tiles > 0) { // round 0: S_0, its softmax, P_0
         Turn::wait(c);
-        mbar_wait(&sm.kv_full[0], 0);
-        issue_scores<D>(s, sm, c, 0);
+        mbar_wait(&sm.kv_full[stage_of(0)], phase_of(0));
+        issue_scores<D>(s, sm, c, stage_of(0));
         Turn::pass(c);
         wgmma_wait<0>();
         softmax_tile(s, m, l, alpha, a, w, 0);
@@ -366,6 +393,8 @@ __device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, 
         p_fragments(pa, s);
         /* exercise: end */
     }
+    mbar_arrive(&sm.q_empty); // every S = Q K^T of this warpgroup is done: Q_i may go (every thread
+                              // arrives: each has read sm.tile, and racecheck sees no order otherwise)
     if (own_tiles > 0) { // round own_tiles: the last tile's P V
         Turn::wait(c);
         issue_pv<D>(o, pa, sm, stage_of(own_tiles - 1));
@@ -383,8 +412,6 @@ __device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, 
         Turn::wait(c);
         Turn::pass(c);
     }
-    if (c == 0 && n_tiles > 0) // the turn warpgroup 0 was last given, taken back
-        Turn::wait(c);
 
     // O = Õ / l, lse = (m + log2 l) ln 2; a row that saw no key: o = 0, lse = -inf
 #pragma unroll
@@ -408,38 +435,60 @@ __device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, 
 template <int D, int HIDE>
 __global__ void __launch_bounds__(FwdTile<D>::NT, 1)
     hopper_forward_kernel(const __grid_constant__ CUtensorMap mq, const __grid_constant__ CUtensorMap mk,
-                          const __grid_constant__ CUtensorMap mv, TcArgs a)
+                          const __grid_constant__ CUtensorMap mv, TcArgs a, int n_work)
 {
     using T = FwdTile<D>;
+    using Turn = Turns<HIDE, T::CONSUMERS>;
     FwdSmem<D> &sm = aligned_smem<FwdSmem<D>>();
-    // grid (query tiles, heads): the blocks of one head run side by side and share its K and V in
-    // L2 (stage 12 puts heads first, for the causal schedule). Query tiles in reverse: with a
-    // causal mask the longest walks (the last query tiles) start first.
-    const int bh = blockIdx.y, h = bh % a.Hq, b = bh / a.Hq;
-    const int kvh = b * (a.Hq / a.group) + h / a.group;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * T::BR, rows_q = min(T::BR, a.Tq - q0);
-    // Keys the tile needs: all of them, or (causal) up to the last row's position.
-    const int n_tiles = ceil_div(tc_keys_seen(a.causal, a.Tq, a.Tk, q0 + rows_q - 1), T::BC);
     const int wg = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
-        mbar_init(&sm.q_full, 1);
+        mbar_init(&sm.q_full, 1);                // the producer's arrive (+ TMA's bytes)
+        mbar_init(&sm.q_empty, 128 * T::CONSUMERS); // one arrive per consumer thread
         for (int st = 0; st < T::NSTAGE; st++) {
-            mbar_init(&sm.kv_full[st], 1);                 // the producer's arrive (+ TMA's bytes)
-            mbar_init(&sm.kv_empty[st], 4 * T::CONSUMERS); // one arrive per consumer warp
+            mbar_init(&sm.kv_full[st], 1);
+            mbar_init(&sm.kv_empty[st], 4 * T::CONSUMERS);
         }
         fence_barrier_init();
     }
     __syncthreads();
 
+    // Query tile n of this block is announced on q_full's phase n: the producer writes its number
+    // into sm.tile before the arrive that opens the phase (a number past the last tile: stop).
     if (wg == 0) {
         regs_release<T::PRODUCER_REGS>();
-        if (threadIdx.x == 0)
-            produce<D>(sm, &mq, &mk, &mv, a, bh, kvh, q0, n_tiles);
-    } else {
-        regs_acquire<T::CONSUMER_REGS>();
-        consume<D, HIDE>(sm, a, wg - 1, bh, q0 + T::ROWS * (wg - 1), n_tiles);
+        if (threadIdx.x != 0)
+            return;
+        for (int n = 0, tile = blockIdx.x, it = 0;; n++) {
+            const int next = (int)gridDim.x + atomicAdd(a.next_tile, 1); // asked early: it takes a while
+            if (n > 0) // the consumers' last S = Q K^T of tile n - 1 is done
+                mbar_wait(&sm.q_empty, (n - 1) & 1);
+            sm.tile = tile;
+            if (tile >= n_work) {
+                mbar_arrive(&sm.q_full);
+                return;
+            }
+            const FwdWork w = fwd_work<D>(a, tile);
+            const int h = w.bh % a.Hq, b = w.bh / a.Hq, kvh = b * (a.Hq / a.group) + h / a.group;
+            produce<D>(sm, &mq, &mk, &mv, a, w.bh, kvh, w.q0, w.n_tiles, it);
+            it += w.n_tiles, tile = next;
+        }
     }
+    regs_acquire<T::CONSUMER_REGS>();
+    const int c = wg - 1;
+    if (c == T::CONSUMERS - 1) // warpgroup 0 goes first
+        Turn::pass(c);
+    for (int n = 0, it = 0;; n++) {
+        mbar_wait(&sm.q_full, n & 1);
+        const int tile = *(volatile int *)&sm.tile;
+        if (tile >= n_work)
+            break;
+        const FwdWork w = fwd_work<D>(a, tile);
+        consume<D, HIDE>(sm, a, c, w.bh, w.q0 + T::ROWS * c, w.n_tiles, it);
+        it += w.n_tiles;
+    }
+    if (c == 0) // the turn warpgroup 0 was last given, taken back
+        Turn::wait(c);
 }
 
 // ==== the backward pass, on Hopper ================================================================
@@ -829,7 +878,14 @@ template <int D> int map_tiles(std::initializer_list<TileMap> maps, FlError *err
     return FL_OK;
 }
 
-template <int D, int HIDE> int forward_launch(const TcArgs &a, int heads, int kv_heads, FlError *err)
+// How many blocks the forward's grid has. The kernel is written for a persistent grid (each block
+// takes query tiles until none are left); the stage still launches one block per query tile, as
+// measured, and the variant "persistent" one per SM (not yet measured against it). --blocks N sets
+// the number for any variant (the tests use 1 and 3).
+enum Grid : int { GRID_PER_TILE = 0, GRID_PER_SM = 1 };
+
+// blocks: the grid's size from --blocks (0 = the variant's choice; never more than the query tiles).
+template <int D, int HIDE> int forward_launch(const TcArgs &a, int heads, int kv_heads, Grid grid, int blocks, FlError *err)
 {
     using T = FwdTile<D>;
     CUtensorMap mq, mk, mv; // q (B Hq, Tq, D), k and v (B Hkv, Tk, D)
@@ -837,10 +893,21 @@ template <int D, int HIDE> int forward_launch(const TcArgs &a, int heads, int kv
                            {&mv, a.v, kv_heads, a.Tk, T::BC}}, err);
     if (rc == FL_OK)
         rc = allow_smem(hopper_forward_kernel<D, HIDE>, FwdSmem<D>::BYTES, "hopper_forward_kernel", err);
+    int dev = 0, sms = 0;
+    if (rc == FL_OK)
+        rc = fl_cuda_status(cudaGetDevice(&dev), "cudaGetDevice", err);
+    if (rc == FL_OK)
+        rc = fl_cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute", err);
+    if (rc == FL_OK) // the blocks count the query tiles they take from here on
+        rc = fl_cuda_status(cudaMemsetAsync(a.next_tile, 0, sizeof(int)), "zeroing the work counter", err);
     if (rc != FL_OK)
         return rc;
-    const dim3 grid((unsigned)ceil_div(a.Tq, T::BR), (unsigned)heads);
-    hopper_forward_kernel<D, HIDE><<<grid, T::NT, FwdSmem<D>::BYTES>>>(mq, mk, mv, a);
+    const long long n_work = (long long)ceil_div(a.Tq, T::BR) * heads; // query tiles of every head
+    if (n_work > INT_MAX)
+        return fl_fail(err, FL_UNSUPPORTED, "stage 14 (cuda): %lld query tiles; the kernel numbers them "
+                       "with 32-bit ints", n_work);
+    const long long want = blocks > 0 ? blocks : grid == GRID_PER_SM ? sms : n_work;
+    hopper_forward_kernel<D, HIDE><<<(unsigned)(n_work < want ? n_work : want), T::NT, FwdSmem<D>::BYTES>>>(mq, mk, mv, a, (int)n_work);
     return fl_cuda_launch_status("hopper_forward_kernel", err);
 }
 
@@ -907,7 +974,8 @@ static TcArgs tc_args(const AttnProblem *p, AttnTensors *t, const RunCtx *ctx)
     a.v = reinterpret_cast<const bf16 *>(p->v_bf16);
     a.dO = reinterpret_cast<const bf16 *>(p->dout_bf16);
     a.o = t->o, a.lse = t->lse, a.dQ = t->dq, a.dK = t->dk, a.dV = t->dv;
-    a.D = (float *)ctx->workspace;
+    a.D = (float *)ctx->workspace;         // the backward's
+    a.next_tile = (int *)ctx->workspace; // the forward's
     a.Tq = p->Tq, a.Tk = p->Tk, a.Hq = p->Hq, a.group = p->Hq / p->Hkv;
     a.causal = p->causal;
     a.scale = p->scale, a.scale_log2 = p->scale * kLog2e;
@@ -915,21 +983,21 @@ static TcArgs tc_args(const AttnProblem *p, AttnTensors *t, const RunCtx *ctx)
     return a;
 }
 
-template <int HIDE> static int tc_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
+template <int HIDE, Grid GRID> static int tc_forward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
 {
     int rc = tc_validate(p, 0, err);
     if (rc != FL_OK || p->Tq <= 0 || p->Tk <= 0 || p->B <= 0 || p->Hq <= 0)
         return rc;
     const TcArgs a = tc_args(p, t, ctx);
-    return p->d == 64 ? forward_launch<64, HIDE>(a, p->B * p->Hq, p->B * p->Hkv, err)
-                      : forward_launch<128, HIDE>(a, p->B * p->Hq, p->B * p->Hkv, err);
+    return p->d == 64 ? forward_launch<64, HIDE>(a, p->B * p->Hq, p->B * p->Hkv, GRID, ctx->blocks, err)
+                      : forward_launch<128, HIDE>(a, p->B * p->Hq, p->B * p->Hkv, GRID, ctx->blocks, err);
 }
 
-// D = rowsum(dO ∘ O) (B, Hq, Tq) in the workspace: the backward's only extra memory.
+// The workspace: the forward's work counter; the backward's D = rowsum(dO ∘ O) (B, Hq, Tq).
 static size_t tc_workspace_bytes(const AttnProblem *p, const RunCtx *ctx, Direction dir)
 {
     (void)ctx;
-    return dir == DIR_BWD ? (size_t)p->B * p->Hq * p->Tq * sizeof(float) : 0;
+    return dir == DIR_BWD ? (size_t)p->B * p->Hq * p->Tq * sizeof(float) : sizeof(int);
 }
 
 // dq = 0 (the kernel adds into it), then D and the backward kernel for the head dim.
@@ -949,15 +1017,18 @@ static int tc_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlErro
                       : backward_launch<128>(a, p->B * p->Hq, p->B * p->Hkv, err);
 }
 
-// The stage, and its forward with one or both ways of hiding the softmax left out (the ablation;
-// the backward is the stage's).
-template <int HIDE> static constexpr StageImpl tc_cuda_impl(const char *variant, const char *what)
+// The stage, its forward on a persistent grid, and its forward with one or both ways of hiding the
+// softmax left out (the ablation); the backward is the stage's in every variant.
+template <int HIDE, Grid GRID = GRID_PER_TILE>
+static constexpr StageImpl tc_cuda_impl(const char *variant, const char *what)
 {
-    return {"14", "hopper", variant, DEVICE_CUDA, what, FEAT_BACKWARD | FEAT_CAUSAL | FEAT_GQA, tc_forward<HIDE>,
+    return {"14", "hopper", variant, DEVICE_CUDA, what, FEAT_BACKWARD | FEAT_CAUSAL | FEAT_GQA, tc_forward<HIDE, GRID>,
             tc_backward, tc_workspace_bytes, NULL, PRECISION_BF16, {64, 128}};
 }
 static const StageImpl tc_cuda = tc_cuda_impl<HIDE_BOTH>("",
     "FA on Hopper, bf16: a TMA producer warpgroup, mbarriers, wgmma consumer warpgroups, forward and backward");
+static const StageImpl tc_cuda_persistent = tc_cuda_impl<HIDE_BOTH, GRID_PER_SM>("persistent",
+    "the forward on a persistent grid: one block per SM, each taking query tiles until none are left");
 static const StageImpl tc_cuda_no_pingpong = tc_cuda_impl<HIDE_IN_WARPGROUP>("no-pingpong",
     "the forward without ping-pong: the consumer warpgroups do not take turns (ablation)");
 static const StageImpl tc_cuda_no_overlap = tc_cuda_impl<HIDE_PINGPONG>("no-overlap",
@@ -965,5 +1036,5 @@ static const StageImpl tc_cuda_no_overlap = tc_cuda_impl<HIDE_PINGPONG>("no-over
 static const StageImpl tc_cuda_serial = tc_cuda_impl<HIDE_NONE>("serial",
     "the forward with neither ping-pong nor the overlap inside a warpgroup (ablation)");
 
-extern "C" const StageImpl *const stage14_hopper_cuda[] = {&tc_cuda, &tc_cuda_no_pingpong, &tc_cuda_no_overlap,
-                                                          &tc_cuda_serial, NULL};
+extern "C" const StageImpl *const stage14_hopper_cuda[] = {&tc_cuda, &tc_cuda_persistent, &tc_cuda_no_pingpong,
+                                                          &tc_cuda_no_overlap, &tc_cuda_serial, NULL};
