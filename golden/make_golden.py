@@ -15,11 +15,11 @@ The MLA cases of stage 09 (names mla_*) hold case.json, the inputs x, ckv, kpe a
 matrices w_dq, w_uq, w_qr, w_uk, w_uv, w_o (.npy), and the expected output y.npy (see
 `mla_reference`).
 
-The paged decode cases of stage 11 (names paged_*, recognised by k_pages.npy) hold case.json (with
-`page_size`), q.npy, the page pools k_pages.npy and v_pages.npy (NaN in every slot no sequence
-uses), the int32 block_table.npy and seq_lens.npy, optional sinks.npy, and the expected o.npy and
-lse.npy (see `paged_reference`: each sequence is gathered from its pages and run through
-`attention_forward`).
+The paged decode cases of stage 11 (names paged_*, and tc_paged_* with bf16-exact inputs for
+stage 16; recognised by k_pages.npy) hold case.json (with `page_size`), q.npy, the page pools
+k_pages.npy and v_pages.npy (NaN in every slot no sequence uses), the int32 block_table.npy and
+seq_lens.npy, optional sinks.npy, and the expected o.npy and lse.npy (see `paged_reference`: each
+sequence is gathered from its pages and run through `attention_forward`).
 
 How the numbers are made:
   * every case has its own fixed seed; inputs are drawn with numpy's default_rng, rounded to
@@ -537,10 +537,11 @@ def write_case(c, out_dir, mla=False):
 
 def paged_case(name, seed, seq_lens, page_size, Hq=2, Hkv=None, Tq=1, d=32, dv=None,
                causal=False, window=0, sink_tokens=0, sinks=False, scale=None, spare_cols=1,
-               description=""):
+               bf16=False, description=""):
     """A paged decode case: B = len(seq_lens) sequences, sequence b has seq_lens[b] keys and its
     Tq queries are the last Tq of them. spare_cols extra block-table columns (all -1) beyond what
-    the longest sequence needs."""
+    the longest sequence needs. bf16=True draws inputs that bf16 holds exactly (see
+    paged_draw_inputs)."""
     Hkv = Hq if Hkv is None else Hkv
     seq_lens = tuple(int(n) for n in seq_lens)
     assert page_size >= 1 and Hq % Hkv == 0 and spare_cols >= 0
@@ -548,7 +549,8 @@ def paged_case(name, seed, seq_lens, page_size, Hq=2, Hkv=None, Tq=1, d=32, dv=N
     return dict(name=name, seed=seed, seq_lens=seq_lens, page_size=page_size, B=len(seq_lens),
                 Hq=Hq, Hkv=Hkv, Tq=Tq, d=d, dv=d if dv is None else dv,
                 causal=bool(causal or window > 0), window=window, sink_tokens=sink_tokens,
-                sinks=sinks, scale=scale, spare_cols=spare_cols, description=description)
+                sinks=sinks, scale=scale, spare_cols=spare_cols, bf16=bf16,
+                description=description)
 
 
 PAGED_CASES = [
@@ -578,6 +580,56 @@ PAGED_CASES = [
     paged_case("paged_d80_scale", 508, seq_lens=(13, 50), page_size=7, Hq=2, Tq=1, d=80,
                causal=True, scale=0.3,
                description="paged decode, d=dv=80, pages of 7, explicit scale 0.3"),
+    # --- bf16 paged decode on tensor cores (stage 16): d = dv in {64, 128} ----------------------
+    # Stage 16 (bf16 split-KV decode over the paged cache, stage 11's child) runs only these head
+    # dims, so it needs paged cases of its own; stage 11 (float32) runs them too. Inputs that bf16
+    # holds exactly (bf16=True), so the float64 reference is the exact answer to what a bf16 stage
+    # reads. Packed rows group * Tq from 1 to 32; key tiles of 32.
+    paged_case("tc_paged_ragged_mqa4_tq1_d64", 1601, seq_lens=(1, 15, 33, 100, 1100),
+               page_size=16, Hq=4, Hkv=1, Tq=1, d=64, causal=True, spare_cols=2, bf16=True,
+               description="tensor cores, paged decode: 5 ragged sequences (1, 15, 33, 100, 1100 "
+                           "keys) in pages of 16, one query each, MQA with 4 query heads, causal, "
+                           "d=64: a one-key sequence, NaN tails after every length, and 1100 keys "
+                           "(35 key tiles of 32) for the splits to share"),
+    paged_case("tc_paged_gptoss_g8_tq1_w128_sinks", 1602, seq_lens=(1, 130, 900), page_size=16,
+               Hq=8, Hkv=1, Tq=1, d=64, window=128, sinks=True, spare_cols=0, bf16=True,
+               description="tensor cores, paged decode, gpt-oss-like: a group of 8 query heads per "
+                           "kv head (Hq=8, Hkv=1), d=64, pages of 16, sliding window W=128, "
+                           "learned sinks, one query over 1, 130 and 900 keys (only the last 128 "
+                           "count, from the middle of a page)"),
+    paged_case("tc_paged_gptoss_g8_tq4_w128_sinks", 1603, seq_lens=(4, 77, 300), page_size=16,
+               Hq=16, Hkv=2, Tq=4, d=64, window=128, sinks=True, bf16=True,
+               description="tensor cores, paged decode, gpt-oss-like with 4 new tokens per "
+                           "sequence (speculative decoding, causal among them): GQA 8 (Hq=16, "
+                           "Hkv=2), so 32 packed rows per kv head, window W=128, learned sinks, "
+                           "d=64, pages of 16"),
+    paged_case("tc_paged_gqa2_tq2_d128_scale", 1604, seq_lens=(2, 16, 47, 250), page_size=16,
+               Hq=4, Hkv=2, Tq=2, d=128, causal=True, scale=0.125, bf16=True,
+               description="tensor cores, paged decode: 2 new tokens per sequence, causal, GQA 2 "
+                           "(Hq=4, Hkv=2), d=128, pages of 16 (a sequence of exactly one full "
+                           "page), explicit scale 0.125 (default would be 1/sqrt(128))"),
+    paged_case("tc_paged_page5_mqa4_tq3_d128_w16_s7_sinks", 1605, seq_lens=(3, 9, 61, 203),
+               page_size=5, Hq=4, Hkv=1, Tq=3, d=128, window=16, sink_tokens=7, sinks=True,
+               bf16=True,
+               description="tensor cores, paged decode: odd pages of 5, 3 new tokens per "
+                           "sequence, MQA with 4 query heads (12 packed rows), d=128, window W=16 "
+                           "+ sink_tokens S=7 (over two pages) + learned sinks: in the long "
+                           "sequences the sink tokens and the band are apart"),
+    paged_case("tc_paged_page64_noncausal_tq3_d64", 1606, seq_lens=(3, 64, 130, 300),
+               page_size=64, Hq=2, Hkv=2, Tq=3, d=64, bf16=True,
+               description="tensor cores, paged decode: pages of 64, 3 queries per sequence "
+                           "without a mask (each sees every key of its sequence, and no more), "
+                           "Hq=Hkv=2, d=64"),
+    paged_case("tc_paged_gqa2_tq4_d64_t760", 1607, seq_lens=(4, 20, 760), page_size=16, Hq=4,
+               Hkv=2, Tq=4, d=64, causal=True, spare_cols=3, bf16=True,
+               description="tensor cores, paged decode: 4 new tokens per sequence, causal among "
+                           "them, GQA 2 (8 packed rows), d=64, pages of 16, a sequence of exactly "
+                           "Tq keys and one of 760 (48 pages, 24 key tiles of 32)"),
+    paged_case("tc_paged_mha_tq1_d128", 1608, seq_lens=(1, 17, 64, 200), page_size=16, Hq=2,
+               Hkv=2, Tq=1, d=128, causal=True, spare_cols=0, bf16=True,
+               description="tensor cores, paged decode: one query per sequence, Hq=Hkv=2 (a "
+                           "single packed row), d=128, pages of 16, causal, lengths 1, 17, 64 "
+                           "(one full page) and 200"),
 ]
 
 PAGED_INPUTS = ("q", "k_pages", "v_pages", "block_table", "seq_lens", "sinks")
@@ -598,13 +650,17 @@ def paged_pool_size(c):
 def paged_draw_inputs(c):
     """Inputs for one paged case: q and every sequence's keys and values ~ N(0, 1), sink logits
     ~ U(-1, 2), all float32; the pages of all sequences scattered over the pool in a random
-    order, page 0 and a few others left unused; every slot no sequence uses is NaN."""
+    order, page 0 and a few others left unused; every slot no sequence uses is NaN. A case with
+    bf16=True rounds q, the keys, the values and the sink logits to bf16 (as draw_inputs does)
+    before they go into the pool, so that a bf16 stage reads exactly the numbers the reference
+    uses; the unused slots stay NaN."""
     rng = np.random.default_rng(c["seed"])
     B, Hq, Hkv, Tq, d, dv = c["B"], c["Hq"], c["Hkv"], c["Tq"], c["d"], c["dv"]
     ps, lens = c["page_size"], c["seq_lens"]
 
     def f32(a):
-        return np.ascontiguousarray(a, dtype="<f4")
+        x = np.ascontiguousarray(a, dtype="<f4")
+        return bf16_round(x) if c.get("bf16") else x
 
     q = f32(rng.standard_normal((B, Hq, Tq, d)))
     keys = [f32(rng.standard_normal((Hkv, n, d))) for n in lens]       # K_b (Hkv, seq_len, d)

@@ -10,8 +10,10 @@ Writes the cases with --seed N (default 1) into WORK and checks that
       the committed one, and block_table.npy (the page order, drawn from the seed) may by chance
       coincide on a small pool, so it is not required to differ;
   (c) `flashlab check 07` passes on every causal or plain hidden case (Hq = Hkv, no window, sink
-      tokens or learned sinks), `flashlab check 09` on every mla_* one and `flashlab check 11` on
-      every paged_* one: the stages are correct, so they pass on any seed;
+      tokens or learned sinks), `flashlab check 09` on every mla_* one, `flashlab check 11` on
+      every paged one (paged_* and tc_paged_*, the folders with k_pages.npy) and `flashlab check
+      16` on every tc_paged_* one (bf16-exact inputs): the stages are correct, so they pass on any
+      seed;
   (d) --seed without --out, with --out at the committed golden/cases (spelled another way) and
       with a negative N exits 2 with one line and writes nothing. These refusals run on a copy of
       the generator in WORK, so a broken refusal writes into the copy's golden/cases, never into
@@ -159,10 +161,12 @@ def stages_pass(flashlab, hidden):
     names = case_dirs(hidden)
     s07 = [os.path.join(hidden, n) for n in names if plain_or_causal(os.path.join(hidden, n))]
     s09 = [os.path.join(hidden, n) for n in names if n.startswith("mla_")]
-    s11 = [os.path.join(hidden, n) for n in names if n.startswith("paged_")]
+    s11 = [os.path.join(hidden, n) for n in names if os.path.isfile(os.path.join(hidden, n, "k_pages.npy"))]
+    s16 = [p for p in s11 if os.path.basename(p).startswith("tc_paged_")]
     check(any(p.endswith("/tour") for p in s07) and any(p.endswith("/causal_t1") for p in s07)
-          and len(s09) >= 1 and len(s11) >= 1, f"case selection looks wrong: 07 {s07}, 09 {s09}, 11 {s11}")
-    for stage, dirs in (("07", s07), ("09", s09), ("11", s11)):
+          and len(s09) >= 1 and len(s16) >= 1 and len(s11) > len(s16),
+          f"case selection looks wrong: 07 {s07}, 09 {s09}, 11 {s11}, 16 {s16}")
+    for stage, dirs in (("07", s07), ("09", s09), ("11", s11), ("16", s16)):
         r = run([flashlab, "check", stage] + dirs)
         last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else "(no output)"
         if check(r.returncode == 0, f"flashlab check {stage} on {len(dirs)} hidden cases exited "
@@ -223,7 +227,7 @@ def main():
         print(f"golden_hidden_seed: {len(failures)} check(s) failed")
         return 1
     print(f"golden_hidden_seed: hidden cases of seed {args.seed} are reproducible, new, and pass "
-          "stages 07 and 09")
+          "stages 07, 09, 11 and 16")
     return 0
 
 

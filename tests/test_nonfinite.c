@@ -283,7 +283,7 @@ static int attention_config(Report *r, const StageImpl *impl, const AttnConfig *
     return failed;
 }
 
-/* ---- paged problems (stage 11) ------------------------------------------------------------------ */
+/* ---- paged problems (stages 11 and 16) -------------------------------------------------------- */
 
 /* Three sequences of ragged lengths in pages of 4: decode (Tq = 1), causal Tq = 3 with GQA, a
  * window with sink tokens and learned sinks. */
@@ -298,7 +298,10 @@ static const char *const paged_input_names[PIN_COUNT] = {"none", "q", "k page", 
 
 static int paged_config(Report *r, const StageImpl *impl, int shape, const RunOpts *o)
 {
-    const TestPagedShape *s = &paged_shapes[shape];
+    TestPagedShape dims = paged_shapes[shape]; /* at the head dims impl runs (stage 16: 64) */
+    if (impl->head_dims[0] > 0)
+        dims.d = dims.dv = impl->head_dims[0];
+    const TestPagedShape *s = &dims;
     int failed = 0;
     for (int in = PIN_NONE; in < PIN_COUNT; in++) {
         if (in == PIN_SINKS && !s->sinks)

@@ -1,7 +1,7 @@
 /* stages/15_tc_window_sinks/reference.c — the CPU reference of stage 15: stage 12's bf16
  * tensor-core arithmetic with stage 10's sliding window, sink tokens and learned sink logits.
- * Stage 15's kernels are still to come; this file fixes the arithmetic, the rounding points, the
- * tiles they will walk and the bytes they will count, so that they can be checked against it.
+ * It came before stage 15's kernels (tc_window_sinks.cu) and fixed what they had to match: the
+ * arithmetic, the rounding points, the tiles they walk and the bytes they count.
  *
  * The rounding points are stage 12's (common/bf16.h, round to nearest even):
  *   Q16, K16, V16, dO16   the inputs, rounded once by the runner (AttnProblem.q_bf16, ...)
@@ -506,7 +506,7 @@ static const StageImpl reference = {
     .variant = "",
     .device = DEVICE_CPU,
     .lesson = "CPU reference of bf16 sliding window + sink tokens + learned sinks on tensor cores: only the band "
-              "and sink tiles, the sink joins l after the walk, dsinks from the D pass (CUDA kernels to come)",
+              "and sink tiles, the sink joins l after the walk, dsinks from the D pass",
     .features = FEAT_BACKWARD | FEAT_CAUSAL | FEAT_GQA | FEAT_WINDOW | FEAT_SINK_TOKENS | FEAT_SINKS,
     .forward = tc_forward,
     .backward = tc_backward,

@@ -1,4 +1,4 @@
-/* tiles.h — what stage 15's kernels (still to come) and its CPU reference share: stage 12's tile
+/* tiles.h — what stage 15's kernels and its CPU reference share: stage 12's tile
  * sizes, and the mask of a sliding window with sink tokens as integer functions both sides call,
  * so that the reference walks exactly the tiles the kernels will walk. */
 #ifndef FLASHLAB_STAGE15_TILES_H
