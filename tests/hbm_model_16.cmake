@@ -3,5 +3,5 @@
 # splits on paged and contiguous caches (ragged lengths, page sizes 1, 5 and 16, GQA up to 32
 # packed rows, Tq = 1, 3 and 4, window, sink tokens, learned sinks), and o, lse within the bf16
 # tolerance of a float64 reference per sequence, also at the stage's own split count. The cuda test
-# skips (77) while stage 16 has no kernel.
+# skips (77) without a device.
 add_hbm_model_test(16 tc_decode)

@@ -7,8 +7,8 @@
  * float64 reference computed per sequence on its gathered keys, for those split counts and the
  * stage's own choice.
  *
- * Usage: test_hbm_model_16 cpu|cuda (77 without a CUDA device, or while the build has no CUDA
- * implementation of stage 16: its kernel is still to come). The expected bytes are computed here
+ * Usage: test_hbm_model_16 cpu|cuda (77 without a CUDA device, or in a build without stage 16's
+ * kernel). The expected bytes are computed here
  * from the doc's rule, not from the stage's code: the keys a query block walks are found by brute
  * force (every key some position between the block's lowest and furthest row sees,
  * docs/conventions.md through test_key_visible), numbered in order, cut into chunks of
@@ -162,7 +162,7 @@ int main(int argc, char **argv)
         return status;
     const StageImpl *impl = stage_find("16", device, "");
     if (!impl && device == DEVICE_CUDA) {
-        printf("stage 16 has no cuda implementation in this build (its kernel is still to come): skipped\n");
+        printf("stage 16 has no cuda implementation in this build: skipped\n");
         return 77;
     }
     if (!impl) {

@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""decode_report.py — the paged decode table of tools/gpu-check.sh (stage 11, issue #12).
+"""decode_report.py — the paged decode tables of tools/gpu-check.sh (stage 11, issue #12; stage 16,
+issue #27).
 
 Reads, from a gpu-check output folder: copy_bandwidth.json (tools/sdpa_bench.py --copy-bandwidth),
-paged_b<B>.json (`flashlab bench --stages 08,11 --page-size 16 --json`, one decoding step per T) and,
-when present, paged_sdpa_b<B>.json (tools/sdpa_bench.py --decode). Prints one row per (B, T):
+paged_b<B>.json (`flashlab bench --stages 08,11[,16] --page-size 16 --json`, one decoding step per T)
+and, when present, paged_sdpa_b<B>.json (tools/sdpa_bench.py --decode, float32) and paged_fa2_b<B>.json
+(tools/sdpa_bench.py --decode --dtype bf16 --backends FLASH_ATTENTION). Prints one row per (B, T):
 stage 11's time, its bandwidth, (HBM bytes read + written as the stage counts them) / time, as a
 fraction of the measured copy bandwidth, stage 08's time on the contiguous problem and the speedup
 of 11 over 08, and SDPA's time. Also checks that stage 11's K/V bytes equal the closed form
-B*Hkv*T*(d+dv)*4 of docs/hbm_model.md (every cache element read once).
+B*Hkv*T*(d+dv)*4 of docs/hbm_model.md (every cache element read once). When the files hold stage
+16 rows, a second table: stage 16 (bf16) against SDPA's FlashAttention-2 in bf16, both as fractions
+of the copy bandwidth, and issue 27's acceptance at T = 32768 (B = 1: 0.8 of it, B = 8: 0.9).
 
   python3 tools/decode_report.py gpu-out
 """
@@ -38,6 +42,10 @@ def main(argv):
     for path in glob.glob(os.path.join(out, "paged_sdpa_b*.json")):
         for r in load(path):
             sdpa[(r["B"], r["T"])] = r
+    fa2 = {}
+    for path in glob.glob(os.path.join(out, "paged_fa2_b*.json")):
+        for r in load(path):
+            fa2[(r["B"], r["T"])] = r
     print("paged decode, Hq = 32, Hkv = 8, d = 128, Tq = 1, float32; copy bandwidth %.0f GB/s" % copy)
     print("%4s %7s | %10s %8s %6s %9s | %10s %8s | %10s" % ("B", "T", "11 ms", "GB/s", "copy", "K/V bytes",
                                                             "08 ms", "11 vs 08", "SDPA ms"))
@@ -63,7 +71,44 @@ def main(argv):
         cells.append("%10s" % ("%.3f" % ref["time_ms"] if ref and ref.get("time_ms") else
                               ((ref or {}).get("note") or "not run")[:30]))
         print(" ".join(cells))
+    if any(k[2] == "16" for k in rows):
+        failed += bf16_table(rows, fa2, copy)
     return 1 if failed else 0
+
+
+def bf16_table(rows, fa2, copy):
+    """Stage 16 against SDPA FLASH_ATTENTION in bf16; 1 when a K/V count is short."""
+    print()
+    print("paged decode in bf16, Hq = 32, Hkv = 8, d = 128, Tq = 1: stage 16 (page size 16) against SDPA "
+          "FLASH_ATTENTION (contiguous, enable_gqa); copy bandwidth %.0f GB/s" % copy)
+    print("%4s %7s | %10s %8s %6s %9s | %10s %8s %6s | %8s" % ("B", "T", "16 ms", "GB/s", "copy", "K/V bytes",
+                                                             "FA2 ms", "GB/s", "copy", "16 vs FA2"))
+    failed, verdicts = 0, []
+    for (B, T) in sorted({(k[0], k[1]) for k in rows if k[2] == "16"}):
+        new, ref = rows[(B, T, "16")], fa2.get((B, T))
+        cells = ["%4d %7d |" % (B, T)]
+        frac = None
+        if not new.get("error"):
+            gbps = (new["hbm_read_bytes"] + new["hbm_written_bytes"]) / (new["time_ms"] * 1e6)
+            frac = gbps / copy
+            kv_ok = new["hbm_read_bytes"] >= B * new["Hkv"] * T * (new["d"] + new["dv"]) * 2
+            failed += not kv_ok
+            cells.append("%10.3f %8.0f %6.2f %9s |" % (new["time_ms"], gbps, frac, "ok" if kv_ok else "SHORT"))
+        else:
+            cells.append("%37s |" % new["error"][:37])
+        if ref and ref.get("time_ms"):
+            cells.append("%10.3f %8.0f %6.2f |" % (ref["time_ms"], ref["kv_gb_per_s"], ref["kv_gb_per_s"] / copy))
+            cells.append("%7.2fx" % (ref["time_ms"] / new["time_ms"]) if frac is not None else "%8s" % "-")
+        else:
+            cells.append("%26s |" % ((ref or {}).get("note") or "not run")[:26])
+        print(" ".join(cells))
+        need = {1: 0.8, 8: 0.9}.get(B)
+        if T == 32768 and need is not None:
+            verdicts.append("B = %d, T = 32768: %s (%.2f of copy, needs %.1f)" % (
+                B, "met" if frac is not None and frac >= need else "NOT met", frac or 0.0, need))
+    if verdicts:
+        print("issue 27 (item 2), stage 16 at page size 16: " + "; ".join(verdicts))
+    return failed
 
 
 if __name__ == "__main__":

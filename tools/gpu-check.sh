@@ -43,8 +43,9 @@
 #                         prefill T = 4096, both variants; plain MHA decode through stage 08; the
 #                         latent kernel's own time and DRAM bytes from Nsight Compute)
 #   DECODE_ARGS="--B 8 --H 32 --Hkv 8 --Tq 1 --T 16384 --d 128"   the decode problem
-#   SKIP_PAGED=1          no paged decode bench (stage 11 on a paged cache, page size 16, against
-#                         stage 08 on the contiguous problem and SDPA with enable_gqa; Hq = 32,
+#   SKIP_PAGED=1          no paged decode bench (stage 11, and stage 16 in bf16 where built, on a
+#                         paged cache, page size 16, against stage 08 on the contiguous problem and
+#                         SDPA with enable_gqa, float32 and FLASH_ATTENTION in bf16; Hq = 32,
 #                         Hkv = 8, d = 128, Tq = 1, for each B of PAGED_B and T of PAGED_T)
 #   PAGED_B="1 8 64"  PAGED_T=4096,32768,131072   its sizes;  SKIP_PAGED_SDPA=1  without SDPA
 #   REPS=10               timed runs per shape (flashlab and SDPA)
@@ -353,16 +354,23 @@ fi
 
 if [ "${SKIP_PAGED:-0}" != 1 ] && in_list 11 "$bench_stages"; then
   PAGED_T=${PAGED_T:-4096,32768,131072}
-  step "paged decode: stage 11 (page size 16) vs stage 08 (contiguous) vs SDPA; B in ${PAGED_B:-1 8 64}, T = $PAGED_T"
+  paged_stages=08,11 # and stage 16 (bf16 on tensor cores) where this build has its kernel
+  echo "$cuda_stages" | grep -qx 16 && paged_stages=08,11,16
+  step "paged decode: stages $paged_stages (page size 16) vs stage 08 (contiguous) vs SDPA; B in ${PAGED_B:-1 8 64}, T = $PAGED_T"
   [ -s "$OUT/copy_bandwidth.json" ] || python3 tools/sdpa_bench.py --copy-bandwidth --json "$OUT/copy_bandwidth.json"
   for b in ${PAGED_B:-1 8 64}; do
-    "$FLASHLAB" bench --device cuda --stages 08,11 --variant "" --B "$b" --H 32 --Hkv 8 --Tq 1 --T "$PAGED_T" --d 128 \
-      --causal --page-size 16 --reps "$REPS" --json >"$OUT/paged_b$b.json"
+    "$FLASHLAB" bench --device cuda --stages $paged_stages --variant "" --B "$b" --H 32 --Hkv 8 --Tq 1 --T "$PAGED_T" \
+      --d 128 --causal --page-size 16 --reps "$REPS" --json >"$OUT/paged_b$b.json"
     record "paged decode bench B=$b" $?
     if [ "${SKIP_PAGED_SDPA:-0}" != 1 ]; then
       python3 tools/sdpa_bench.py --decode --B "$b" --H 32 --Hkv 8 --Tq 1 --T "$PAGED_T" --d 128 --reps "$REPS" \
         --json "$OUT/paged_sdpa_b$b.json"
       record "SDPA decode B=$b" $?
+      if [ "$paged_stages" = 08,11,16 ]; then # beside stage 16: FlashAttention-2 in bf16
+        python3 tools/sdpa_bench.py --decode --dtype bf16 --backends FLASH_ATTENTION --B "$b" --H 32 --Hkv 8 --Tq 1 \
+          --T "$PAGED_T" --d 128 --reps "$REPS" --json "$OUT/paged_fa2_b$b.json"
+        record "SDPA FA2 bf16 decode B=$b" $?
+      fi
     fi
   done
   python3 tools/decode_report.py "$OUT" | tee "$OUT/paged.txt"

@@ -27,6 +27,8 @@ PyTorch is needed only here, on the GPU machine; nothing in the C build uses thi
   python3 tools/sdpa_bench.py --decode --B 1,8 --H 32 --Hkv 8 --T 4096,32768 --d 128 --json dec.json
       # one decoding step (Tq = 1, causal is the same thing there) with enable_gqa=True on contiguous
       # K/V, default backend choice: the reference beside stage 11
+  python3 tools/sdpa_bench.py --decode --dtype bf16 --backends FLASH_ATTENTION --B 1,8 --T 32768 --d 128
+      # the same step in bf16 on FlashAttention-2 (K/V bytes at 2 each): the reference beside stage 16
 """
 import argparse
 import json
@@ -204,11 +206,20 @@ def copy_bandwidth(reps=20, gib=2):
 
 
 def run_decode(args):
-    """One decoding step per (B, T): q (B, H, Tq, d), k and v (B, Hkv, T, d), float32, TF32 off,
-    SDPA with enable_gqa=True and PyTorch's own backend choice. Reports the median time and the
-    K/V bytes per second, B*Hkv*T*2d*4 / time, the traffic a decode step cannot avoid."""
+    """One decoding step per (B, T): q (B, H, Tq, d), k and v (B, Hkv, T, d), float32 with TF32 off
+    (or bf16 with --dtype bf16, beside stage 16), SDPA with enable_gqa=True and PyTorch's own backend
+    choice (or the one --backends names, e.g. FLASH_ATTENTION). Reports the median time and the K/V
+    bytes per second, B*Hkv*T*2d*(4 or 2) / time, the traffic a decode step cannot avoid."""
     torch = import_torch()
+    import contextlib
     import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    bf16 = args.dtype == "bf16"
+    kind, size = (torch.bfloat16, 2) if bf16 else (torch.float32, 4)
+    backend = args.backends.strip().upper() if args.backends else None
+    if backend and "," in backend:
+        sys.exit("sdpa_bench.py: --decode times one backend at a time (--backends NAME)")
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -218,37 +229,41 @@ def run_decode(args):
     for B in int_list(str(args.B)):
         for T in int_list(args.T):
             for d in int_list(args.d):
-                row = {"backend": "default (enable_gqa)", "device": device, "B": B, "Hq": args.H, "Hkv": args.Hkv,
-                       "Tq": args.Tq, "T": T, "d": d, "kv_bytes": B * args.Hkv * T * 2 * d * 4,
+                row = {"backend": (backend or "default") + " (enable_gqa)", "device": device, "B": B, "Hq": args.H,
+                       "Hkv": args.Hkv, "Tq": args.Tq, "T": T, "d": d, "kv_bytes": B * args.Hkv * T * 2 * d * size,
                        "time_ms": None, "kv_gb_per_s": None, "note": None}
+                if bf16:
+                    row["dtype"] = args.dtype
                 try:
                     gen = torch.Generator(device="cuda").manual_seed(T * 131 + d)
-                    q = torch.randn(B, args.H, args.Tq, d, device="cuda", generator=gen)
-                    k, v = (torch.randn(B, args.Hkv, T, d, device="cuda", generator=gen) for _ in range(2))
+                    q = torch.randn(B, args.H, args.Tq, d, device="cuda", dtype=kind, generator=gen)
+                    k, v = (torch.randn(B, args.Hkv, T, d, device="cuda", dtype=kind, generator=gen) for _ in range(2))
                     causal = args.Tq > 1  # bottom-right causal equals no mask for a single query
                     samples = []
-                    for i in range(args.warmup + args.reps):
-                        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        start.record()
-                        F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
-                        stop.record()
-                        stop.synchronize()
-                        if i >= args.warmup:
-                            samples.append(start.elapsed_time(stop))
+                    chosen = sdpa_kernel(getattr(SDPBackend, backend)) if backend else contextlib.nullcontext()
+                    with chosen:
+                        for i in range(args.warmup + args.reps):
+                            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                            start.record()
+                            F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+                            stop.record()
+                            stop.synchronize()
+                            if i >= args.warmup:
+                                samples.append(start.elapsed_time(stop))
                     row["time_ms"] = statistics.median(samples)
                     row["kv_gb_per_s"] = row["kv_bytes"] / (row["time_ms"] * 1e6)
                     del q, k, v
                 except torch.OutOfMemoryError:
                     row["note"] = "skipped: out of GPU memory"
-                except (RuntimeError, TypeError) as e:
-                    row["note"] = "skipped: " + str(e).splitlines()[0][:120]
+                except (RuntimeError, TypeError, AttributeError) as e:
+                    row["note"] = "skipped: " + (str(e).splitlines() or [type(e).__name__])[0][:120]
                 finally:
                     torch.cuda.empty_cache()
                 rows.append(row)
                 value = ("%10.3f ms  %8.1f GB/s of K/V" % (row["time_ms"], row["kv_gb_per_s"])) if row["time_ms"] \
                     else row["note"]
-                print("sdpa decode B=%d Hq=%d Hkv=%d Tq=%d T=%-6d d=%-4d %s" % (B, args.H, args.Hkv, args.Tq, T, d,
-                                                                              value), flush=True)
+                print("sdpa decode %s B=%d Hq=%d Hkv=%d Tq=%d T=%-6d d=%-4d %s" % (args.dtype, B, args.H, args.Hkv,
+                                                                                 args.Tq, T, d, value), flush=True)
     return rows
 
 

@@ -1,7 +1,7 @@
 /* stages/16_tc_decode/reference.c — the CPU reference of stage 16: stage 11's split-KV decode over a
- * paged KV cache, in stage 12's bf16 tensor-core arithmetic. Stage 16's kernel is still to come;
- * this file fixes the arithmetic, the rounding points, the tiles it will walk (tiles.h) and the
- * bytes it will count, so that it can be checked against them.
+ * paged KV cache, in stage 12's bf16 tensor-core arithmetic. It fixes what the kernel
+ * (tc_decode.cu, written but not yet run on a GPU) has to match: the arithmetic, the rounding
+ * points, the tiles it walks (tiles.h) and the bytes it counts.
  *
  * The rounding points are stage 12's (common/bf16.h, round to nearest even):
  *   Q16, K16, V16   the inputs: q and the two page pools, rounded once by the runner
@@ -28,7 +28,7 @@
  * The warps never share a key: a decode step reads each key once and does two multiply-adds per
  * byte, so the kernel streams a tile per warp rather than splitting one tile's work between warps.
  *
- * HBM bytes are counted where the kernel will count them and at its sizes (docs/hbm_model.md,
+ * HBM bytes are counted where the kernel counts them and at its sizes (docs/hbm_model.md,
  * "Stage 16"): Q16, K16, V16 2 bytes an element, the block-table entries and seq_lens 4 bytes, the
  * partials, o and lse float32; each work item reads Q16 of its rows once, and each tile its K16 and
  * V16 rows and the block-table entries of the pages they lie in. The learned sink logit is one

@@ -1,4 +1,4 @@
-/* stages/16_tc_decode/tiles.h — what stage 16's kernel (still to come) and its CPU reference share:
+/* stages/16_tc_decode/tiles.h — what stage 16's kernel and its CPU reference share:
  * how a work item is cut into tiles and who walks which, so that the reference rounds P to bf16
  * after exactly the running maxima the kernel will have.
  *

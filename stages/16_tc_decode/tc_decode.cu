@@ -1,0 +1,465 @@
+/* stages/16_tc_decode/tc_decode.cu — decoding on the tensor cores: stage 11's split-KV attention over
+ * a paged KV cache, with bf16 inputs, mma.sync and float32 accumulation (sm_80+). Its parent is
+ * stage 11's decode.cu (`flashlab diff 11 16`); reference.c is its CPU reference and says the same
+ * arithmetic step by step. NOT YET RUN ON A GPU: it compiles, and the next session runs it first.
+ *
+ * New in stage 16 (tiles.h):
+ *   split_kernel    grid (splits, query blocks, B * Hkv), as stage 11. Block (s, i, g) takes chunk s
+ *                   of the keys query block i of kv head g sees; the block's packed rows (the
+ *                   group's query heads times Tq, BR = 16 or 32 of them) are the M of mma.sync
+ *                   m16n8k16 tiles. Its four warps take turns at the chunk's 32-key tiles: warp w
+ *                   walks tiles w, w + 4, ..., each streaming its own tiles into its own two
+ *                   shared-memory stages with cp.async (the row addresses from the block table,
+ *                   one lane per key), with its own running max, sum and O in registers:
+ *                     S = Q16 K16^T (BR, 32) by mma.sync, the mask key by key, the online softmax
+ *                     in base 2, P rounded to bf16 in registers, O += P V16 by mma.sync.
+ *                   At the end of the chunk the warps' (m, l, O) meet in shared memory and merge by
+ *                   their maxima (split 0 adds the learned sink logit there), giving the chunk's
+ *                   O_s and lse_s: into the workspace, or into o and lse with one split.
+ *   combine_kernel  stage 11's, unchanged: lse = log sum_s exp(lse_s), O = sum_s exp(lse_s - lse) O_s.
+ * A decode step reads each key once and does two multiply-adds per byte of it, so the kernel is
+ * about keeping loads in flight: four warps each with one 32-key tile (16 KiB at d = 128) on the
+ * way while they compute the one before. */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "attn.h"
+#include "cuda_util.h"
+#include "error.h"
+#include "mask.h"
+#include "mma.cuh"
+#include "paged.h"
+#include "tiles.h"
+
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct DecodeArgs {
+    AttnProblem p;          // device pointers; paged or contiguous K/V (paged.h)
+    const bf16 *q, *k, *v;  // the runner's bf16 copies of q and of the pools (or of k, v)
+    float *out_o, *out_lse; // o and lse, or the partials (splits, B*Hq*Tq, dv) and (splits, B*Hq*Tq)
+    int splits, R;          // R = group * Tq packed rows per kv head
+    float scale_log2;       // scale * log2(e): scores live in base 2
+    unsigned long long *hbm; // [read, written] or NULL
+};
+
+// D = d = dv (64 or 128); MT = 16-row MMA tiles of packed rows (1 or 2: tcd_block_rows).
+template <int D_, int MT_> struct DecodeTile {
+    static constexpr int D = D_, MT = MT_, BR = 16 * MT, BC = TCD_BLOCK_C, NW = TCD_WARPS, NT = 32 * NW;
+    static constexpr int STAGE = 2 * BC * D;                 // bf16 elements of one stage: K16_t, V16_t
+    static constexpr size_t RING_BYTES = (size_t)NW * 2 * STAGE * sizeof(bf16);
+    static constexpr size_t SMEM_BYTES = (size_t)BR * D * sizeof(bf16) + RING_BYTES;
+    // the merge, after the walk, in the ring's bytes: every warp's m, l (BR) and O (BR, D)
+    static constexpr size_t MERGE_BYTES = (size_t)NW * BR * (D + 2) * sizeof(float);
+    static_assert(BC == 32, "one key per lane");
+    static_assert(MERGE_BYTES <= RING_BYTES, "the merge reuses the ring");
+};
+
+// Row index (kv_offset in rows: the key starts at k + index * d) of key number k of the span, or -1
+// for a number at or past `end` (a short last tile). One lane per key.
+__device__ long long key_row_index(const AttnProblem &p, int b, int kvh, KeySpan span, int k, int end)
+{
+    return k < end ? (long long)kv_offset(&p, b, kvh, span_key(span, k), 1) : -1;
+}
+
+// One warp issues the cp.async copies of its tile into a stage: K16_t, V16_t (32 keys, D columns
+// each, swizzled). Key row r comes from the row index lane r holds; a missing row becomes zeros.
+template <class T>
+__device__ void load_tile_kv(bf16 *stage, const DecodeArgs &a, long long my_row, int lane)
+{
+    constexpr int D = T::D, CHUNKS = D / 8;
+    bf16 *Ks = stage, *Vs = stage + T::BC * D;
+#pragma unroll 4
+    for (int idx = lane; idx < T::BC * CHUNKS; idx += 32) {
+        const int r = idx / CHUNKS, c = (idx % CHUNKS) * 8;
+        const long long row = __shfl_sync(0xffffffffu, my_row, r);
+        const bool ok = row >= 0;
+        cp_async16(Ks + swizzle<D>(r, c), ok ? a.k + row * D + c : a.k, ok ? 16 : 0);
+        cp_async16(Vs + swizzle<D>(r, c), ok ? a.v + row * D + c : a.v, ok ? 16 : 0);
+    }
+}
+
+// Bytes one tile reads: its K16 and V16 rows, and for a paged cache the block-table entry of every
+// page its keys lie in (consecutive keys of one page share the entry). Called by one lane.
+__device__ unsigned long long tile_bytes(const AttnProblem &p, int b, KeySpan span, int k0, int n)
+{
+    unsigned long long bytes = (unsigned long long)n * (p.d + p.dv) * sizeof(bf16);
+    for (int j = 0, last = -1; p.page_size > 0 && j < n; j++) {
+        const int page = page_of(&p, b, span_key(span, k0 + j));
+        bytes += page != last ? sizeof(int32_t) : 0;
+        last = page;
+    }
+    return bytes;
+}
+
+// One warp's state: for each of its MT row tiles and this lane's two rows (g and g + 8) the running
+// max (base 2), the lane's share of the sum, and O (the mma C layout: column pairs 8n + 2 t4).
+template <class T> struct WarpState {
+    float m[T::MT][2], l[T::MT][2];
+    float o[T::MT][T::D / 8][4];
+};
+
+// One tile of the warp: S = Q16 K16^T, the mask, the online softmax, O += bf16(P) V16.
+template <class T>
+__device__ void tile_step(WarpState<T> &w, const bf16 *Qs, const bf16 *stage, const DecodeArgs &a,
+                          const KeyRuns (&runs)[T::MT][2], KeySpan span, int k0, int end, int lane)
+{
+    constexpr int D = T::D, MT = T::MT;
+    const bf16 *Ks = stage, *Vs = stage + T::BC * D;
+    float s[MT][4][4]; // S: 4 n-tiles of 8 keys per row tile
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+            s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+#pragma unroll
+    for (int k16 = 0; k16 < D / 16; k16++) {
+        uint32_t kb[2][4]; // B fragments of keys 0..15 and 16..31
+        load_b_pair<D>(kb[0], Ks, 0, 16 * k16, lane);
+        load_b_pair<D>(kb[1], Ks, 16, 16 * k16, lane);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            uint32_t qa[4];
+            load_a<D>(qa, Qs, 16 * mt, 16 * k16, lane);
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                mma_bf16(s[mt][2 * np], qa, kb[np][0], kb[np][1]);
+                mma_bf16(s[mt][2 * np + 1], qa, kb[np][2], kb[np][3]);
+            }
+        }
+    }
+
+    // the online softmax of this lane's rows; element e of n-tile n: row e / 2, key 8n + 2 t4 + e % 2
+    const int t4 = lane % 4;
+    int keys[4][2]; // the span's key of each of this lane's columns, -1 past the chunk
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int k = k0 + 8 * n + 2 * t4 + c;
+            keys[n][c] = k < end ? span_key(span, k) : -1;
+        }
+    uint32_t pa[MT][2][4]; // bf16(P) as the A fragments of keys 0..15 and 16..31
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        float alpha[2];
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            float mx = w.m[mt][rr];
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    float &x = s[mt][n][2 * rr + c];
+                    const int key = keys[n][c];
+                    x = key >= 0 && sees(runs[mt][rr], key) ? x * a.scale_log2 : -INFINITY;
+                    mx = fmaxf(mx, x);
+                }
+            const float m_new = row_max<4>(mx);
+            const float m_ref = m_new == -INFINITY ? 0.0f : m_new; // no key seen yet: P, alpha = 0
+            alpha[rr] = exp2f(w.m[mt][rr] - m_ref);
+            float sum = 0.0f;
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    float &x = s[mt][n][2 * rr + c];
+                    x = exp2f(x - m_ref);
+                    sum += x;
+                }
+            w.l[mt][rr] = w.l[mt][rr] * alpha[rr] + sum; // this lane's share; the quad's sum at the end
+            w.m[mt][rr] = m_new;
+        }
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            w.o[mt][n][0] *= alpha[0], w.o[mt][n][1] *= alpha[0];
+            w.o[mt][n][2] *= alpha[1], w.o[mt][n][3] *= alpha[1];
+        }
+        a_from_c(pa[mt][0], s[mt][0], s[mt][1]); // the rounding point of P V
+        a_from_c(pa[mt][1], s[mt][2], s[mt][3]);
+    }
+
+    // O += bf16(P) V16: for each 16 columns of V, keys 0..15 then 16..31
+#pragma unroll
+    for (int n16 = 0; n16 < D / 16; n16++)
+#pragma unroll
+        for (int kc = 0; kc < 2; kc++) {
+            uint32_t vb[4];
+            load_b_pair_trans<D>(vb, Vs, 16 * n16, 16 * kc, lane);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_bf16(w.o[mt][2 * n16], pa[mt][kc], vb[0], vb[1]);
+                mma_bf16(w.o[mt][2 * n16 + 1], pa[mt][kc], vb[2], vb[3]);
+            }
+        }
+}
+
+template <class T>
+__global__ void __launch_bounds__(T::NT) split_kernel(DecodeArgs a)
+{
+    constexpr int D = T::D, MT = T::MT, BR = T::BR, BC = T::BC, NW = T::NW;
+    extern __shared__ uint4 smem4[];
+    bf16 *Qs = reinterpret_cast<bf16 *>(smem4);              // Q16_i  (BR, D), swizzled
+    bf16 *ring = Qs + BR * D;                                // per warp: two stages of K16_t, V16_t
+    const AttnProblem &p = a.p;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g8 = lane / 4;
+    const int split = blockIdx.x, i0 = blockIdx.y * BR, g = blockIdx.z;
+    const int b = g / p.Hkv, kvh = g % p.Hkv, group = p.Hq / p.Hkv;
+    const int rows = min(BR, a.R - i0);
+    const Causal causal = causal_make(p.causal, p.Tq, seq_keys(&p, b), p.window, p.sink_tokens);
+    const KeySpan span = key_span(tile_runs(causal, i0, rows));
+    const Chunk chunk = split_chunk(span_count(span), a.splits, split);
+    const int n_tiles = tcd_tiles(chunk.end - chunk.first);
+
+    // Q16_i for every warp, first; then each warp's own walk
+    load_tile_swizzled<BR, D, T::NT>(Qs, a.q + ((size_t)g * a.R + i0) * D, rows, tid);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    if (tid == 0)
+        hbm_dev_add(a.hbm, HBM_READ, (unsigned long long)rows * D * sizeof(bf16) +
+                                         (p.page_size > 0 ? sizeof(int32_t) : 0)); // Q16_i, seq_lens[b]
+
+    WarpState<T> w;
+    KeyRuns runs[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            runs[mt][rr] = row_runs(causal, i0 + 16 * mt + g8 + 8 * rr);
+            w.m[mt][rr] = -INFINITY, w.l[mt][rr] = 0.0f;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++)
+                w.o[mt][n][2 * rr] = w.o[mt][n][2 * rr + 1] = 0.0f;
+        }
+
+    /* exercise: begin — the warps' turns: warp w walks tiles w, w + NW, ... of the chunk, each streamed into its own two stages while the one before is computed (check 16 --device cuda: o and lse of the cases longer than one tile) | stub: (void)n_tiles; */
+    bf16 *mine = ring + (size_t)warp * 2 * T::STAGE;
+    if (warp < n_tiles) {
+        load_tile_kv<T>(mine, a, key_row_index(p, b, kvh, span, chunk.first + warp * BC + lane, chunk.end), lane);
+    }
+    cp_async_commit();
+    for (int t = warp, it = 0; t < n_tiles; t += NW, it++) {
+        const int k0 = chunk.first + t * BC, next = t + NW;
+        if (next < n_tiles) // the warp's next tile streams into the other stage
+            load_tile_kv<T>(mine + ((it + 1) & 1) * T::STAGE, a,
+                            key_row_index(p, b, kvh, span, chunk.first + next * BC + lane, chunk.end), lane);
+        cp_async_commit();
+        cp_async_wait<1>(); // this tile has landed for this lane ...
+        __syncwarp();       // ... and for the whole warp
+        if (lane == 0 && a.hbm)
+            hbm_dev_add(a.hbm, HBM_READ, tile_bytes(p, b, span, k0, min(BC, chunk.end - k0)));
+        tile_step<T>(w, Qs, mine + (it & 1) * T::STAGE, a, runs, span, k0, chunk.end, lane);
+        __syncwarp(); // every lane is done with the stage before the next prefetch overwrites it
+    }
+    /* exercise: end */
+    cp_async_wait<0>();
+
+    // The warps meet: each writes its m, l (summed over the quad) and O into the ring's bytes
+    __syncthreads();
+    float *m_all = reinterpret_cast<float *>(ring); // (NW, BR)
+    float *l_all = m_all + NW * BR;                 // (NW, BR)
+    float *o_all = l_all + NW * BR;                 // (NW, BR, D)
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            const int r = 16 * mt + g8 + 8 * rr;
+            const float l = row_sum<4>(w.l[mt][rr]);
+            if (lane % 4 == 0)
+                m_all[warp * BR + r] = w.m[mt][rr], l_all[warp * BR + r] = l;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                float *o = o_all + ((size_t)warp * BR + r) * D + 8 * n + 2 * (lane % 4);
+                o[0] = w.o[mt][n][2 * rr], o[1] = w.o[mt][n][2 * rr + 1];
+            }
+        }
+    __syncthreads();
+
+    // Per row: the warps' weights exp2(m_w - m) and 1 / l, with split 0's learned sink logit as
+    // one more term of value 0; written over m_all and l_all, lse_s out. Then O_s element by element.
+    __shared__ float inv_l[BR], empty_row[BR];
+    const size_t rows_total = output_rows(&p);
+    const size_t row0 = (size_t)split * rows_total + (size_t)g * a.R + i0; // packed = o's order
+    if (tid < rows) {
+        const int r = tid;
+        const float s2 = p.sinks && split == 0 ? p.sinks[kvh * group + (i0 + r) / p.Tq] * kLog2e : -INFINITY;
+        float m = s2;
+        for (int x = 0; x < NW; x++)
+            m = fmaxf(m, m_all[x * BR + r]);
+        const float m_ref = m == -INFINITY ? 0.0f : m;
+        float l = s2 == -INFINITY ? 0.0f : exp2f(s2 - m_ref);
+        for (int x = 0; x < NW; x++) {
+            const float weight = exp2f(m_all[x * BR + r] - m_ref);
+            l += weight * l_all[x * BR + r];
+            m_all[x * BR + r] = weight;
+        }
+        const bool empty = l == 0.0f; // l = NaN is a NaN, not an empty chunk
+        inv_l[r] = empty ? 0.0f : 1.0f / l;
+        empty_row[r] = visible_count(row_runs(causal, i0 + r)) == 0; // sees no key: O = 0 (a NaN sink too)
+        a.out_lse[row0 + r] = empty ? -INFINITY : (m + log2f(l)) * kLn2;
+    }
+    __syncthreads();
+    for (int idx = tid; idx < rows * D; idx += T::NT) {
+        const int r = idx / D, c = idx % D;
+        float acc = 0.0f;
+        for (int x = 0; x < NW; x++)
+            acc += m_all[x * BR + r] * o_all[((size_t)x * BR + r) * D + c];
+        a.out_o[(row0 + r) * D + c] = empty_row[r] != 0.0f ? 0.0f : acc * inv_l[r];
+    }
+    if (tid == 0)
+        hbm_dev_add(a.hbm, HBM_WRITTEN, (unsigned long long)rows * (D + 1) * sizeof(float));
+}
+
+// One warp per output row: the splits' lse_s and O_s merged; 8 rows per 256-thread block.
+__global__ void combine_kernel(const float *part_o, const float *part_lse, float *o, float *lse,
+                               long rows, int dv, int splits, unsigned long long *hbm)
+{
+    const long row = (long)blockIdx.x * 8 + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (threadIdx.x == 0) {
+        const long n = min(8L, rows - (long)blockIdx.x * 8);
+        hbm_dev_add(hbm, HBM_READ, (unsigned long long)n * splits * (dv + 1) * sizeof(float));
+        hbm_dev_add(hbm, HBM_WRITTEN, (unsigned long long)n * (dv + 1) * sizeof(float));
+    }
+    if (row >= rows)
+        return;
+    float m = -INFINITY;
+    for (int s = lane; s < splits; s += 32)
+        m = fmaxf(m, part_lse[(size_t)s * rows + row]);
+    m = row_max<32>(m);
+    const float shift = m == -INFINITY ? 0.0f : m; // every split empty: the terms are 0 (a NaN stays NaN)
+    float sum = 0.0f;
+    for (int s = lane; s < splits; s += 32)
+        sum += expf(part_lse[(size_t)s * rows + row] - shift);
+    sum = row_sum<32>(sum);
+    const float total = sum != 0.0f ? shift + logf(sum) : -INFINITY;
+    for (int c = lane; c < dv; c += 32) {
+        float acc = 0.0f;
+        for (int s = 0; s < splits && total != -INFINITY; s++)
+            acc += expf(part_lse[(size_t)s * rows + row] - total) * part_o[((size_t)s * rows + row) * dv + c];
+        o[(size_t)row * dv + c] = acc;
+    }
+    if (lane == 0)
+        lse[row] = total;
+}
+
+// SMs * resident blocks per SM, the units a split plan fills; the first call also raises the
+// kernel's shared-memory limit, so every launch path calls it first.
+template <class T> int resident_units(int *units, FlError *err)
+{
+    static int cached = 0;
+    if (cached == 0) {
+        int device = 0, sms = 0, per_sm = 0;
+        int rc = fl_cuda_status(cudaFuncSetAttribute(split_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     (int)T::SMEM_BYTES),
+                                "decode: raising the shared-memory limit", err);
+        if (rc == FL_OK)
+            rc = fl_cuda_status(cudaGetDevice(&device), "decode: cudaGetDevice", err);
+        if (rc == FL_OK)
+            rc = fl_cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+                                "decode: reading the SM count", err);
+        if (rc == FL_OK)
+            rc = fl_cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, split_kernel<T>, T::NT,
+                                                                              T::SMEM_BYTES),
+                                "decode: occupancy of split_kernel", err);
+        if (rc != FL_OK)
+            return rc;
+        cached = sms * (per_sm > 0 ? per_sm : 1);
+    }
+    *units = cached;
+    return FL_OK;
+}
+
+} // namespace
+
+// The split count: ctx->splits, or one that fills the GPU once (paged.h: split_count).
+template <class T> static int plan_splits(const AttnProblem *p, const RunCtx *ctx, int *splits, FlError *err)
+{
+    int units = 0;
+    int rc = resident_units<T>(&units, err);
+    *splits = ctx->splits > 0 ? ctx->splits
+                              : split_count(query_blocks(p, T::BR), units, longest_span(p), TCD_MIN_SPLIT_KEYS);
+    return rc;
+}
+
+// The kernel for the problem's head dim and rows; Run is a callable taking the tile type.
+template <class Run> static int with_tile(const AttnProblem *p, Run run)
+{
+    const bool two = tcd_block_rows(packed_rows(p)) == 32;
+    if (p->d == 64)
+        return two ? run(DecodeTile<64, 2>()) : run(DecodeTile<64, 1>());
+    return two ? run(DecodeTile<128, 2>()) : run(DecodeTile<128, 1>());
+}
+
+// The partials (splits, B*Hq*Tq, dv + 1 floats), when there is more than one split.
+static size_t decode_workspace_bytes(const AttnProblem *p, const RunCtx *ctx, Direction dir)
+{
+    (void)dir;
+    int splits = 1;
+    FlError err = {{0}};
+    if (p->d != p->dv || (p->d != 64 && p->d != 128))
+        return 0; // the forward pass reports the error
+    const int rc = with_tile(p, [&](auto tile) { return plan_splits<decltype(tile)>(p, ctx, &splits, &err); });
+    return rc == FL_OK ? partials_bytes(p, splits) : 0;
+}
+
+template <class T> static int decode_launch(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
+{
+    int splits = 1;
+    int rc = plan_splits<T>(p, ctx, &splits, err); // also raises the shared-memory limit
+    if (rc != FL_OK)
+        return rc;
+    DecodeArgs a;
+    a.p = *p;
+    a.q = reinterpret_cast<const bf16 *>(p->q_bf16);
+    a.k = reinterpret_cast<const bf16 *>(p->k_bf16);
+    a.v = reinterpret_cast<const bf16 *>(p->v_bf16);
+    a.splits = splits, a.R = packed_rows(p);
+    a.scale_log2 = p->scale * kLog2e;
+    a.out_o = splits > 1 ? (float *)ctx->workspace : t->o;
+    a.out_lse = splits > 1 ? a.out_o + (size_t)splits * output_rows(p) * p->dv : t->lse;
+    a.hbm = ctx->hbm_dev;
+    const dim3 grid((unsigned)splits, (unsigned)ceil_div(a.R, T::BR), (unsigned)(p->B * p->Hkv));
+    split_kernel<T><<<grid, T::NT, T::SMEM_BYTES>>>(a);
+    rc = fl_cuda_launch_status("split_kernel", err);
+    if (rc != FL_OK || splits == 1)
+        return rc;
+    const long rows = (long)output_rows(p);
+    combine_kernel<<<(unsigned)((rows + 7) / 8), 256>>>(a.out_o, a.out_lse, t->o, t->lse, rows, p->dv, splits,
+                                                       a.hbm);
+    return fl_cuda_launch_status("combine_kernel", err);
+}
+
+static int decode_forward_cuda(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
+{
+    if (p->d != p->dv || (p->d != 64 && p->d != 128))
+        return fl_fail(err, FL_UNSUPPORTED, "stage 16 (tc_decode, cuda) runs head dims d = dv in {64, 128}; this "
+                       "case has d = %d, dv = %d", p->d, p->dv);
+    if (!p->q_bf16 || !p->k_bf16 || !p->v_bf16)
+        return fl_fail(err, FL_BAD_INPUT, "stage 16 (cuda): no bf16 copies of the inputs (the runner makes "
+                       "them for a bf16 stage)");
+    if (p->Tq <= 0 || p->B <= 0 || p->Hq <= 0)
+        return FL_OK; // nothing to compute
+    return with_tile(p, [&](auto tile) { return decode_launch<decltype(tile)>(p, t, ctx, err); });
+}
+
+static const StageImpl tc_decode = {
+    .stage = "16",
+    .name = "tc_decode",
+    .variant = "",
+    .device = DEVICE_CUDA,
+    .lesson = "stage 11's paged split-KV decode in bf16: a kv head's packed query rows as an MMA's M "
+              "(not yet run on a GPU)",
+    .features = FEAT_CAUSAL | FEAT_GQA | FEAT_WINDOW | FEAT_SINK_TOKENS | FEAT_SINKS | FEAT_PAGED,
+    .forward = decode_forward_cuda,
+    .backward = NULL,
+    .workspace_bytes = decode_workspace_bytes,
+    .precision = PRECISION_BF16,
+    .head_dims = {64, 128},
+};
+
+extern "C" const StageImpl *const stage16_tc_decode_cuda[] = {&tc_decode, NULL};
