@@ -16,7 +16,8 @@
  *                   At the end of the chunk the warps' (m, l, O) meet in shared memory and merge by
  *                   their maxima (split 0 adds the learned sink logit there), giving the chunk's
  *                   O_s and lse_s: into the workspace, or into o and lse with one split.
- *   combine_kernel  stage 11's, unchanged: lse = log sum_s exp(lse_s), O = sum_s exp(lse_s - lse) O_s.
+ *   combine_kernel  stage 11's: lse = log sum_s exp(lse_s), O = sum_s exp(lse_s - lse) O_s (and o = 0
+ *                   for a row that sees no key, as in reference.c, even under a NaN sink logit).
  * A decode step reads each key once and does two multiply-adds per byte of it, so the kernel is
  * about keeping loads in flight: four warps each with one 32-key tile (16 KiB at d = 128) on the
  * way while they compute the one before. */
@@ -52,8 +53,10 @@ template <int D_, int MT_> struct DecodeTile {
     static constexpr int STAGE = 2 * BC * D;                 // bf16 elements of one stage: K16_t, V16_t
     static constexpr size_t RING_BYTES = (size_t)NW * 2 * STAGE * sizeof(bf16);
     static constexpr size_t SMEM_BYTES = (size_t)BR * D * sizeof(bf16) + RING_BYTES;
-    // the merge, after the walk, in the ring's bytes: every warp's m, l (BR) and O (BR, D)
-    static constexpr size_t MERGE_BYTES = (size_t)NW * BR * (D + 2) * sizeof(float);
+    // the merge, after the walk, in the ring's bytes: every warp's m, l (BR) and O (BR, D), O's rows
+    // OS floats apart (padded by 8, so the lanes of a warp store to different banks)
+    static constexpr int OS = D + 8;
+    static constexpr size_t MERGE_BYTES = (size_t)NW * BR * (OS + 2) * sizeof(float);
     static_assert(BC == 32, "one key per lane");
     static_assert(MERGE_BYTES <= RING_BYTES, "the merge reuses the ring");
 };
@@ -132,7 +135,8 @@ __device__ void tile_step(WarpState<T> &w, const bf16 *Qs, const bf16 *stage, co
         }
     }
 
-    // the online softmax of this lane's rows; element e of n-tile n: row e / 2, key 8n + 2 t4 + e % 2
+    // the online softmax of this lane's rows; element e of n-tile n of row tile mt: row
+    // 16 mt + g + 8 (e / 2), key 8n + 2 t4 + e % 2 (g = lane / 4, t4 = lane % 4)
     const int t4 = lane % 4;
     int keys[4][2]; // the span's key of each of this lane's columns, -1 past the chunk
 #pragma unroll
@@ -214,11 +218,9 @@ __global__ void __launch_bounds__(T::NT) split_kernel(DecodeArgs a)
     const Chunk chunk = split_chunk(span_count(span), a.splits, split);
     const int n_tiles = tcd_tiles(chunk.end - chunk.first);
 
-    // Q16_i for every warp, first; then each warp's own walk
+    // Q16_i for every warp, then each warp's first tile on its way before anyone waits for Q
     load_tile_swizzled<BR, D, T::NT>(Qs, a.q + ((size_t)g * a.R + i0) * D, rows, tid);
     cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
     if (tid == 0)
         hbm_dev_add(a.hbm, HBM_READ, (unsigned long long)rows * D * sizeof(bf16) +
                                          (p.page_size > 0 ? sizeof(int32_t) : 0)); // Q16_i, seq_lens[b]
@@ -236,12 +238,14 @@ __global__ void __launch_bounds__(T::NT) split_kernel(DecodeArgs a)
                 w.o[mt][n][2 * rr] = w.o[mt][n][2 * rr + 1] = 0.0f;
         }
 
-    /* exercise: begin — the warps' turns: warp w walks tiles w, w + NW, ... of the chunk, each streamed into its own two stages while the one before is computed (check 16 --device cuda: o and lse of the cases longer than one tile) | stub: (void)n_tiles; */
     bf16 *mine = ring + (size_t)warp * 2 * T::STAGE;
-    if (warp < n_tiles) {
+    if (warp < n_tiles)
         load_tile_kv<T>(mine, a, key_row_index(p, b, kvh, span, chunk.first + warp * BC + lane, chunk.end), lane);
-    }
     cp_async_commit();
+    cp_async_wait<1>(); // Q16_i has landed for this thread (the first tile may still be on its way) ...
+    __syncthreads();    // ... and for every thread
+
+    /* exercise: begin — the warps' turns: warp w walks tiles w, w + NW, ... of the chunk, each streamed into its own two stages while the one before is computed (check 16 --device cuda: o and lse of the cases longer than one tile) | stub: (void)n_tiles; */
     for (int t = warp, it = 0; t < n_tiles; t += NW, it++) {
         const int k0 = chunk.first + t * BC, next = t + NW;
         if (next < n_tiles) // the warp's next tile streams into the other stage
@@ -262,7 +266,7 @@ __global__ void __launch_bounds__(T::NT) split_kernel(DecodeArgs a)
     __syncthreads();
     float *m_all = reinterpret_cast<float *>(ring); // (NW, BR)
     float *l_all = m_all + NW * BR;                 // (NW, BR)
-    float *o_all = l_all + NW * BR;                 // (NW, BR, D)
+    float *o_all = l_all + NW * BR;                 // (NW, BR, OS)
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -273,15 +277,17 @@ __global__ void __launch_bounds__(T::NT) split_kernel(DecodeArgs a)
                 m_all[warp * BR + r] = w.m[mt][rr], l_all[warp * BR + r] = l;
 #pragma unroll
             for (int n = 0; n < D / 8; n++) {
-                float *o = o_all + ((size_t)warp * BR + r) * D + 8 * n + 2 * (lane % 4);
-                o[0] = w.o[mt][n][2 * rr], o[1] = w.o[mt][n][2 * rr + 1];
+                float *o = o_all + ((size_t)warp * BR + r) * T::OS + 8 * n + 2 * (lane % 4);
+                *reinterpret_cast<float2 *>(o) = make_float2(w.o[mt][n][2 * rr], w.o[mt][n][2 * rr + 1]);
             }
         }
     __syncthreads();
 
     // Per row: the warps' weights exp2(m_w - m) and 1 / l, with split 0's learned sink logit as
-    // one more term of value 0; written over m_all and l_all, lse_s out. Then O_s element by element.
-    __shared__ float inv_l[BR], empty_row[BR];
+    // one more term of value 0; written over m_all and l_all, lse_s out. Then O_s element by element:
+    // 0 for a row that saw no key in this chunk (its P were all 0, but a masked V16 NaN times 0 in
+    // the product is NaN) or sees none at all (a NaN sink logit too).
+    __shared__ float inv_l[BR], zero_row[BR];
     const size_t rows_total = output_rows(&p);
     const size_t row0 = (size_t)split * rows_total + (size_t)g * a.R + i0; // packed = o's order
     if (tid < rows) {
@@ -299,7 +305,7 @@ __global__ void __launch_bounds__(T::NT) split_kernel(DecodeArgs a)
         }
         const bool empty = l == 0.0f; // l = NaN is a NaN, not an empty chunk
         inv_l[r] = empty ? 0.0f : 1.0f / l;
-        empty_row[r] = visible_count(row_runs(causal, i0 + r)) == 0; // sees no key: O = 0 (a NaN sink too)
+        zero_row[r] = empty || visible_count(row_runs(causal, i0 + r)) == 0;
         a.out_lse[row0 + r] = empty ? -INFINITY : (m + log2f(l)) * kLn2;
     }
     __syncthreads();
@@ -307,16 +313,18 @@ __global__ void __launch_bounds__(T::NT) split_kernel(DecodeArgs a)
         const int r = idx / D, c = idx % D;
         float acc = 0.0f;
         for (int x = 0; x < NW; x++)
-            acc += m_all[x * BR + r] * o_all[((size_t)x * BR + r) * D + c];
-        a.out_o[(row0 + r) * D + c] = empty_row[r] != 0.0f ? 0.0f : acc * inv_l[r];
+            acc += m_all[x * BR + r] * o_all[((size_t)x * BR + r) * T::OS + c];
+        a.out_o[(row0 + r) * D + c] = zero_row[r] != 0.0f ? 0.0f : acc * inv_l[r];
     }
     if (tid == 0)
         hbm_dev_add(a.hbm, HBM_WRITTEN, (unsigned long long)rows * (D + 1) * sizeof(float));
 }
 
-// One warp per output row: the splits' lse_s and O_s merged; 8 rows per 256-thread block.
+// One warp per output row: the splits' lse_s and O_s merged; 8 rows per 256-thread block. A row
+// that sees no key keeps o = 0 even when a NaN sink logit made its lse NaN (reference.c's rule;
+// a finite lse of such a row weighs only zeros). a gives the mask of the row's sequence.
 __global__ void combine_kernel(const float *part_o, const float *part_lse, float *o, float *lse,
-                               long rows, int dv, int splits, unsigned long long *hbm)
+                               long rows, int dv, int splits, unsigned long long *hbm, DecodeArgs a)
 {
     const long row = (long)blockIdx.x * 8 + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
@@ -337,9 +345,15 @@ __global__ void combine_kernel(const float *part_o, const float *part_lse, float
         sum += expf(part_lse[(size_t)s * rows + row] - shift);
     sum = row_sum<32>(sum);
     const float total = sum != 0.0f ? shift + logf(sum) : -INFINITY;
+    bool sees_none = false;
+    if (isnan(total)) { // warp-uniform; only then is the row's mask worth a read of seq_lens
+        const int b = (int)(row / a.R / a.p.Hkv);
+        const Causal c = causal_make(a.p.causal, a.p.Tq, seq_keys(&a.p, b), a.p.window, a.p.sink_tokens);
+        sees_none = visible_count(row_runs(c, (int)(row % a.R))) == 0;
+    }
     for (int c = lane; c < dv; c += 32) {
         float acc = 0.0f;
-        for (int s = 0; s < splits && total != -INFINITY; s++)
+        for (int s = 0; s < splits && total != -INFINITY && !sees_none; s++)
             acc += expf(part_lse[(size_t)s * rows + row] - total) * part_o[((size_t)s * rows + row) * dv + c];
         o[(size_t)row * dv + c] = acc;
     }
@@ -353,19 +367,26 @@ template <class T> int resident_units(int *units, FlError *err)
 {
     static int cached = 0;
     if (cached == 0) {
-        int device = 0, sms = 0, per_sm = 0;
-        int rc = fl_cuda_status(cudaFuncSetAttribute(split_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     (int)T::SMEM_BYTES),
-                                "decode: raising the shared-memory limit", err);
+        int device = 0, sms = 0, per_sm = 0, optin = 0;
+        int rc = fl_cuda_status(cudaGetDevice(&device), "stage 16 (tc_decode, cuda): cudaGetDevice", err);
         if (rc == FL_OK)
-            rc = fl_cuda_status(cudaGetDevice(&device), "decode: cudaGetDevice", err);
+            rc = fl_cuda_status(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+                                "stage 16 (tc_decode, cuda): reading the shared-memory limit", err);
+        if (rc == FL_OK && (size_t)optin < T::SMEM_BYTES)
+            return fl_fail(err, FL_UNSUPPORTED, "stage 16 (tc_decode, cuda) at d = %d needs %zu bytes of shared memory "
+                           "a block; this GPU gives a block at most %d (an A100 or H100 has enough)", T::D,
+                           T::SMEM_BYTES, optin);
+        if (rc == FL_OK)
+            rc = fl_cuda_status(cudaFuncSetAttribute(split_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     (int)T::SMEM_BYTES),
+                                "stage 16 (tc_decode, cuda): raising the shared-memory limit", err);
         if (rc == FL_OK)
             rc = fl_cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-                                "decode: reading the SM count", err);
+                                "stage 16 (tc_decode, cuda): reading the SM count", err);
         if (rc == FL_OK)
             rc = fl_cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, split_kernel<T>, T::NT,
                                                                               T::SMEM_BYTES),
-                                "decode: occupancy of split_kernel", err);
+                                "stage 16 (tc_decode, cuda): occupancy of split_kernel", err);
         if (rc != FL_OK)
             return rc;
         cached = sms * (per_sm > 0 ? per_sm : 1);
@@ -430,7 +451,7 @@ template <class T> static int decode_launch(const AttnProblem *p, AttnTensors *t
         return rc;
     const long rows = (long)output_rows(p);
     combine_kernel<<<(unsigned)((rows + 7) / 8), 256>>>(a.out_o, a.out_lse, t->o, t->lse, rows, p->dv, splits,
-                                                       a.hbm);
+                                                       a.hbm, a);
     return fl_cuda_launch_status("combine_kernel", err);
 }
 
