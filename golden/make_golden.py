@@ -282,6 +282,11 @@ CASES = [
          description="tensor cores: non-causal, Tq=45 > Tk=21, d=128, forward only"),
     case("tc_gqa2_b2_t1_d128_causal", 1207, B=2, Hq=4, Hkv=2, Tq=1, d=128, causal=True,
          description="tensor cores: GQA 2, B=2, causal, T=1, d=128"),
+    case("tc_mqa2_t400_d128_causal", 1208, B=1, Hq=2, Hkv=1, Tq=400, d=128, causal=True, bf16=True,
+         description="tensor cores: causal, T=400, d=128, MQA with 2 query heads: several 128-key "
+                     "tiles per query tile at d=128 (stage 14's forward blocks walk 4, 3, 2 and 1 "
+                     "of them, so a block that takes them all starts its ring of 3 stages at 0, "
+                     "1, 1 and 0)"),
     # --- bf16 window + sink tokens + learned sinks (stage 15): d = dv in {64, 128} --------------
     # Inputs that bf16 holds exactly (bf16=True), so rounding them to bf16 changes nothing and the
     # float64 reference is the exact answer to what a bf16 stage reads. Tiles of the stage-15

@@ -49,7 +49,8 @@ struct TcArgs {
     int causal;                  // bottom-right aligned: row i sees keys j <= i + Tk - Tq
     float scale, scale_log2;     // scale * log2(e): scores live in base 2
     unsigned long long *hbm;     // [read, written] or NULL
-    int *next_tile;              // the forward's work counter (zeroed before the launch)
+    int *next_tile;              // the forward's work counter (zeroed before the launch), or NULL
+                                 // for a grid of a block per query tile
 };
 
 // Key j is hidden from query row i (causal, or a key/row past the end of a short tile).
@@ -144,7 +145,7 @@ template <typename Smem> __device__ __forceinline__ Smem &aligned_smem()
 // rows. `it` counts the K/V tiles the block loaded before this one: the ring goes on from there.
 template <int D>
 __device__ void produce(FwdSmem<D> &sm, const CUtensorMap *mq, const CUtensorMap *mk, const CUtensorMap *mv,
-                        const TcArgs &a, int bh, int kvh, int q0, int n_tiles, int it)
+                        const TcArgs &a, int bh, int kvh, int q0, int n_tiles, unsigned it)
 {
     using T = FwdTile<D>;
     mbar_arrive_expect_tx(&sm.q_full, sizeof sm.q);
@@ -153,7 +154,7 @@ __device__ void produce(FwdSmem<D> &sm, const CUtensorMap *mq, const CUtensorMap
             tma_load_3d(&sm.q[c][cb][0][0], mq, 64 * cb, q0 + T::ROWS * c, bh, &sm.q_full);
     hbm_dev_add(a.hbm, HBM_READ, (unsigned long long)min(T::BR, a.Tq - q0) * D * sizeof(bf16));
     for (int j = 0; j < n_tiles; j++) {
-        const int st = (it + j) % T::NSTAGE, use = (it + j) / T::NSTAGE;
+        const unsigned st = (it + j) % T::NSTAGE, use = (it + j) / T::NSTAGE;
         if (use > 0) // the consumers' previous use of this stage (phase use - 1) must be over
             mbar_wait(&sm.kv_empty[st], (use - 1) & 1);
         mbar_arrive_expect_tx(&sm.kv_full[st], sizeof sm.k[0] + sizeof sm.v[0]);
@@ -345,7 +346,7 @@ template <int HIDE, int CONSUMERS> struct Turns {
 // tensor cores still work on P_{j-1} V_{j-1}. Then it waits for that, hands stage j - 1 back,
 // rescales Õ by tile j's alpha and rounds P_j for the next round.
 template <int D, int HIDE>
-__device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, int n_tiles, int it)
+__device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, int n_tiles, unsigned it)
 {
     using T = FwdTile<D>;
     using Turn = Turns<HIDE, T::CONSUMERS>;
@@ -459,8 +460,8 @@ __global__ void __launch_bounds__(FwdTile<D>::NT, 1)
         regs_release<T::PRODUCER_REGS>();
         if (threadIdx.x != 0)
             return;
-        for (int n = 0, tile = blockIdx.x, it = 0;; n++) {
-            const int next = (int)gridDim.x + atomicAdd(a.next_tile, 1); // asked early: it takes a while
+        unsigned it = 0; // K/V tiles loaded so far: the ring's position
+        for (int n = 0, tile = blockIdx.x;; n++) {
             if (n > 0) // the consumers' last S = Q K^T of tile n - 1 is done
                 mbar_wait(&sm.q_empty, (n - 1) & 1);
             sm.tile = tile;
@@ -471,14 +472,18 @@ __global__ void __launch_bounds__(FwdTile<D>::NT, 1)
             const FwdWork w = fwd_work<D>(a, tile);
             const int h = w.bh % a.Hq, b = w.bh / a.Hq, kvh = b * (a.Hq / a.group) + h / a.group;
             produce<D>(sm, &mq, &mk, &mv, a, w.bh, kvh, w.q0, w.n_tiles, it);
-            it += w.n_tiles, tile = next;
+            it += w.n_tiles;
+            // the next tile, claimed now that this one's copies are issued (its latency hides under
+            // the q_empty wait); without a counter the block's one tile was all
+            tile = a.next_tile ? (int)gridDim.x + atomicAdd(a.next_tile, 1) : n_work;
         }
     }
     regs_acquire<T::CONSUMER_REGS>();
     const int c = wg - 1;
     if (c == T::CONSUMERS - 1) // warpgroup 0 goes first
         Turn::pass(c);
-    for (int n = 0, it = 0;; n++) {
+    unsigned it = 0;
+    for (int n = 0;; n++) {
         mbar_wait(&sm.q_full, n & 1);
         const int tile = *(volatile int *)&sm.tile;
         if (tile >= n_work)
@@ -898,16 +903,24 @@ template <int D, int HIDE> int forward_launch(const TcArgs &a, int heads, int kv
         rc = fl_cuda_status(cudaGetDevice(&dev), "cudaGetDevice", err);
     if (rc == FL_OK)
         rc = fl_cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute", err);
-    if (rc == FL_OK) // the blocks count the query tiles they take from here on
-        rc = fl_cuda_status(cudaMemsetAsync(a.next_tile, 0, sizeof(int)), "zeroing the work counter", err);
     if (rc != FL_OK)
         return rc;
     const long long n_work = (long long)ceil_div(a.Tq, T::BR) * heads; // query tiles of every head
-    if (n_work > INT_MAX)
+    const long long want = blocks > 0 ? blocks : grid == GRID_PER_SM ? sms : n_work;
+    const long long size = n_work < want ? n_work : want;
+    if (n_work + size > INT_MAX) // the counter runs to n_work + size
         return fl_fail(err, FL_UNSUPPORTED, "stage 14 (cuda): %lld query tiles; the kernel numbers them "
                        "with 32-bit ints", n_work);
-    const long long want = blocks > 0 ? blocks : grid == GRID_PER_SM ? sms : n_work;
-    hopper_forward_kernel<D, HIDE><<<(unsigned)(n_work < want ? n_work : want), T::NT, FwdSmem<D>::BYTES>>>(mq, mk, mv, a, (int)n_work);
+    TcArgs args = a;
+    if (size == n_work) // a block per tile: no counter
+        args.next_tile = NULL;
+    else if (!a.next_tile)
+        return fl_fail(err, FL_BAD_INPUT, "stage 14 (cuda): no workspace for the forward's work counter");
+    else // the blocks count the query tiles they take from here on
+        rc = fl_cuda_status(cudaMemsetAsync(a.next_tile, 0, sizeof(int)), "zeroing the work counter", err);
+    if (rc != FL_OK)
+        return rc;
+    hopper_forward_kernel<D, HIDE><<<(unsigned)size, T::NT, FwdSmem<D>::BYTES>>>(mq, mk, mv, args, (int)n_work);
     return fl_cuda_launch_status("hopper_forward_kernel", err);
 }
 
