@@ -106,7 +106,7 @@ static const Command commands[] = {
      "(stages without the gqa feature then report the row as unsupported). --window W (implies\n"
      "--causal), --sink-tokens S and --sinks (learned sink logits, seeded N(0, 1)) ask for stage 10.\n"
      "--variant V benches only that variant of each stage ('' = the default one).\n"
-     "--page-size N gives the stages with the paged feature (11) a paged KV cache instead: every sequence's\n"
+     "--page-size N gives the stages with the paged feature (11, 16) a paged KV cache instead: every sequence's\n"
      "T keys in pages of N slots, pages in a seeded shuffled order (the other stages keep contiguous K/V);\n"
      "--splits N fixes stage 11's split count; --blocks N stage 14's grid (check --help); --ranks P runs\n"
      "stage 13's ring over P ranks. Inputs above 2^24 elements repeat their first 2^24 values.\n"

@@ -61,8 +61,10 @@ template <int D_, int MT_> struct DecodeTile {
     static_assert(MERGE_BYTES <= RING_BYTES, "the merge reuses the ring");
 };
 
-// Row index (kv_offset in rows: the key starts at k + index * d) of key number k of the span, or -1
-// for a number at or past `end` (a short last tile). One lane per key.
+// Where a tile's keys are: the row index of key number k of the span (numbered across its runs),
+// kv_offset in rows, so the key starts at k + index * d and its value at v + index * dv; -1 for a
+// number at or past `end` (a short last tile). One lane per key: the block table is read once per
+// key row here, not once per 16-byte copy.
 __device__ long long key_row_index(const AttnProblem &p, int b, int kvh, KeySpan span, int k, int end)
 {
     return k < end ? (long long)kv_offset(&p, b, kvh, span_key(span, k), 1) : -1;
