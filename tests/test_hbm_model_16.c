@@ -11,7 +11,7 @@
  * doc's rule (hbm_paged_decode_model, hbm_model_driver.c), not from the stage's code: the keys a
  * query block walks are found by brute force (every key some position between the block's lowest
  * and furthest row sees, docs/conventions.md through test_key_visible), numbered in order, cut into
- * chunks of ceil(count / splits) and tiles of 32 keys; a tile of a paged cache reads the table
+ * chunks of ceil(count / splits) and tiles of 16 keys; a tile of a paged cache reads the table
  * entry of each distinct page it touches. */
 #include <stddef.h>
 #include <stdint.h>
@@ -34,12 +34,12 @@ enum { SHAPE_COUNT = sizeof shapes / sizeof shapes[0] };
 
 /* The closed form of docs/hbm_model.md, stage 16: hbm_paged_decode_model (hbm_model_driver.c) with
  * bf16 inputs, 2 bytes an element, query blocks of 16 packed rows (32 when a kv head has more than
- * 16) and tiles of 32 keys, on the CPU and the GPU alike. */
+ * 16) and tiles of 16 keys, on the CPU and the GPU alike. */
 static HbmCounts model(const TestPaged *x, const StageImpl *impl, size_t M, int splits)
 {
     (void)impl, (void)M;
     const uint64_t R = (uint64_t)(x->p.Hq / x->p.Hkv) * x->p.Tq;
-    return hbm_paged_decode_model(x, R <= 16 ? 16 : 32, 32, splits, sizeof(uint16_t));
+    return hbm_paged_decode_model(x, R <= 16 ? 16 : 32, 16, splits, sizeof(uint16_t));
 }
 
 int main(int argc, char **argv)

@@ -1,6 +1,6 @@
 /* stages/16_tc_decode/reference.c — the CPU reference of stage 16: stage 11's split-KV decode over a
  * paged KV cache, in stage 12's bf16 tensor-core arithmetic. It fixes what the kernel
- * (tc_decode.cu, written but not yet run on a GPU) has to match: the arithmetic, the rounding
+ * (tc_decode.cu) has to match: the arithmetic, the rounding
  * points, the tiles it walks (tiles.h) and the bytes it counts.
  *
  * The rounding points are stage 12's (common/bf16.h, round to nearest even):

@@ -1,26 +1,30 @@
 /* stages/16_tc_decode/tc_decode.cu — decoding on the tensor cores: stage 11's split-KV attention over
  * a paged KV cache, with bf16 inputs, mma.sync and float32 accumulation (sm_80+). Its parent is
  * stage 11's decode.cu (`flashlab diff 11 16`); reference.c is its CPU reference and says the same
- * arithmetic step by step. NOT YET RUN ON A GPU: it compiles, and the next session runs it first.
+ * arithmetic step by step.
  *
  * New in stage 16 (tiles.h):
  *   split_kernel    grid (splits, query blocks, B * Hkv), as stage 11. Block (s, i, g) takes chunk s
  *                   of the keys query block i of kv head g sees; the block's packed rows (the
  *                   group's query heads times Tq, BR = 16 or 32 of them) are the M of mma.sync
- *                   m16n8k16 tiles. Its four warps take turns at the chunk's 32-key tiles: warp w
- *                   walks tiles w, w + 4, ..., each streaming its own tiles into its own two
- *                   shared-memory stages with cp.async (the row addresses from the block table,
- *                   one lane per key), with its own running max, sum and O in registers:
- *                     S = Q16 K16^T (BR, 32) by mma.sync, the mask key by key, the online softmax
+ *                   m16n8k16 tiles. Its four warps take turns at the chunk's 16-key tiles: warp w
+ *                   walks tiles w, w + 4, ..., each streaming its own tiles into its own ring of
+ *                   ST = 2 shared-memory stages with cp.async (the row addresses from the block
+ *                   table, one lane per key, looked up a tile ahead), with its own running max,
+ *                   sum and O in registers:
+ *                     S = Q16 K16^T (BR, 16) by mma.sync, the mask key by key, the online softmax
  *                     in base 2, P rounded to bf16 in registers, O += P V16 by mma.sync.
  *                   At the end of the chunk the warps' (m, l, O) meet in shared memory and merge by
  *                   their maxima (split 0 adds the learned sink logit there), giving the chunk's
  *                   O_s and lse_s: into the workspace, or into o and lse with one split.
- *   combine_kernel  stage 11's: lse = log sum_s exp(lse_s), O = sum_s exp(lse_s - lse) O_s (and o = 0
- *                   for a row that sees no key, as in reference.c, even under a NaN sink logit).
+ *   combine_kernel  stage 11's merge, lse = log sum_s exp(lse_s), O = sum_s exp(lse_s - lse) O_s, with a
+ *                   block of threads per row instead of a warp (and o = 0 for a row that sees no
+ *                   key, as in reference.c, even under a NaN sink logit).
  * A decode step reads each key once and does two multiply-adds per byte of it, so the kernel is
- * about keeping loads in flight: four warps each with one 32-key tile (16 KiB at d = 128) on the
- * way while they compute the one before. */
+ * about keeping loads in flight while the SM's schedulers always have a warp to run. Tiles of 16
+ * keys (8 KiB at d = 128) make a block's ring 64 KiB, so three blocks (12 warps) share an SM where
+ * 32-key tiles left room for one (4 warps, a warp per scheduler): measured on an H200 at B = 8,
+ * Tk = 32768, 2.9 TB/s with 32-key tiles, 4.1 TB/s with 16 (README, "Speed"). */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -47,18 +51,26 @@ struct DecodeArgs {
     unsigned long long *hbm; // [read, written] or NULL
 };
 
-// D = d = dv (64 or 128); MT = 16-row MMA tiles of packed rows (1 or 2: tcd_block_rows).
+// D = d = dv (64 or 128); MT = 16-row MMA tiles of packed rows (1 or 2: tcd_block_rows); BC keys a
+// tile, ST shared-memory stages per warp (tiles.h: TCD_BLOCK_C, TCD_STAGES).
 template <int D_, int MT_> struct DecodeTile {
-    static constexpr int D = D_, MT = MT_, BR = 16 * MT, BC = TCD_BLOCK_C, NW = TCD_WARPS, NT = 32 * NW;
+    static constexpr int D = D_, MT = MT_, BR = 16 * MT, BC = TCD_BLOCK_C, ST = TCD_STAGES, NW = TCD_WARPS;
+    static constexpr int NT = 32 * NW;
+    static constexpr int NB = BC / 8, KC = BC / 16;          // n-tiles of S, k-steps of P V per tile
     static constexpr int STAGE = 2 * BC * D;                 // bf16 elements of one stage: K16_t, V16_t
-    static constexpr size_t RING_BYTES = (size_t)NW * 2 * STAGE * sizeof(bf16);
-    static constexpr size_t SMEM_BYTES = (size_t)BR * D * sizeof(bf16) + RING_BYTES;
-    // the merge, after the walk, in the ring's bytes: every warp's m, l (BR) and O (BR, D), O's rows
-    // OS floats apart (padded by 8, so the lanes of a warp store to different banks)
+    static constexpr size_t Q_BYTES = (size_t)BR * D * sizeof(bf16);
+    static constexpr size_t RING_BYTES = (size_t)NW * ST * STAGE * sizeof(bf16);
+    // the merge, after the walk, from the ring's first byte: every warp's m, l (BR) and O (BR, D),
+    // O's rows OS floats apart (padded by 8, so the lanes of a warp store to different banks)
     static constexpr int OS = D + 8;
     static constexpr size_t MERGE_BYTES = (size_t)NW * BR * (OS + 2) * sizeof(float);
-    static_assert(BC == 32, "one key per lane");
-    static_assert(MERGE_BYTES <= RING_BYTES, "the merge reuses the ring");
+    static constexpr size_t SMEM_BYTES = Q_BYTES + (RING_BYTES > MERGE_BYTES ? RING_BYTES : MERGE_BYTES);
+    // blocks an SM can hold by shared memory (228 KiB, 1 KiB of it reserved per block), at most 4:
+    // the register cap __launch_bounds__ asks for, so that no SM is left with unused shared memory
+    static constexpr int SM_BLOCKS_ = (int)((228u * 1024u) / (SMEM_BYTES + 1024u));
+    static constexpr int MIN_BLOCKS = MT == 2 ? 1 : SM_BLOCKS_ > 4 ? 4 : SM_BLOCKS_ < 1 ? 1 : SM_BLOCKS_;
+    static_assert(BC == 16 || BC == 32, "one key per lane, whole k-steps of P V");
+    static_assert(ST >= 2, "a tile computed while the next streams in");
 };
 
 // Where a tile's keys are: the row index of key number k of the span (numbered across its runs),
@@ -70,7 +82,7 @@ __device__ long long key_row_index(const AttnProblem &p, int b, int kvh, KeySpan
     return k < end ? (long long)kv_offset(&p, b, kvh, span_key(span, k), 1) : -1;
 }
 
-// One warp issues the cp.async copies of its tile into a stage: K16_t, V16_t (32 keys, D columns
+// One warp issues the cp.async copies of its tile into a stage: K16_t, V16_t (BC keys, D columns
 // each, swizzled). Key row r comes from the row index lane r holds; a missing row becomes zeros.
 template <class T>
 __device__ void load_tile_kv(bf16 *stage, const DecodeArgs &a, long long my_row, int lane)
@@ -114,23 +126,25 @@ __device__ void tile_step(WarpState<T> &w, const bf16 *Qs, const bf16 *stage, co
 {
     constexpr int D = T::D, MT = T::MT;
     const bf16 *Ks = stage, *Vs = stage + T::BC * D;
-    float s[MT][4][4]; // S: 4 n-tiles of 8 keys per row tile
+    constexpr int NB = T::NB, KC = T::KC;
+    float s[MT][NB][4]; // S: NB n-tiles of 8 keys per row tile
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int n = 0; n < 4; n++)
+        for (int n = 0; n < NB; n++)
             s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
 #pragma unroll
     for (int k16 = 0; k16 < D / 16; k16++) {
-        uint32_t kb[2][4]; // B fragments of keys 0..15 and 16..31
-        load_b_pair<D>(kb[0], Ks, 0, 16 * k16, lane);
-        load_b_pair<D>(kb[1], Ks, 16, 16 * k16, lane);
+        uint32_t kb[KC][4]; // B fragments of keys 0..15 (and 16..31)
+#pragma unroll
+        for (int kc = 0; kc < KC; kc++)
+            load_b_pair<D>(kb[kc], Ks, 16 * kc, 16 * k16, lane);
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
             uint32_t qa[4];
             load_a<D>(qa, Qs, 16 * mt, 16 * k16, lane);
 #pragma unroll
-            for (int np = 0; np < 2; np++) {
+            for (int np = 0; np < KC; np++) {
                 mma_bf16(s[mt][2 * np], qa, kb[np][0], kb[np][1]);
                 mma_bf16(s[mt][2 * np + 1], qa, kb[np][2], kb[np][3]);
             }
@@ -140,15 +154,15 @@ __device__ void tile_step(WarpState<T> &w, const bf16 *Qs, const bf16 *stage, co
     // the online softmax of this lane's rows; element e of n-tile n of row tile mt: row
     // 16 mt + g + 8 (e / 2), key 8n + 2 t4 + e % 2 (g = lane / 4, t4 = lane % 4)
     const int t4 = lane % 4;
-    int keys[4][2]; // the span's key of each of this lane's columns, -1 past the chunk
+    int keys[NB][2]; // the span's key of each of this lane's columns, -1 past the chunk
 #pragma unroll
-    for (int n = 0; n < 4; n++)
+    for (int n = 0; n < NB; n++)
 #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int k = k0 + 8 * n + 2 * t4 + c;
             keys[n][c] = k < end ? span_key(span, k) : -1;
         }
-    uint32_t pa[MT][2][4]; // bf16(P) as the A fragments of keys 0..15 and 16..31
+    uint32_t pa[MT][KC][4]; // bf16(P) as the A fragments of keys 0..15 (and 16..31)
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
         float alpha[2];
@@ -156,7 +170,7 @@ __device__ void tile_step(WarpState<T> &w, const bf16 *Qs, const bf16 *stage, co
         for (int rr = 0; rr < 2; rr++) {
             float mx = w.m[mt][rr];
 #pragma unroll
-            for (int n = 0; n < 4; n++)
+            for (int n = 0; n < NB; n++)
 #pragma unroll
                 for (int c = 0; c < 2; c++) {
                     float &x = s[mt][n][2 * rr + c];
@@ -169,7 +183,7 @@ __device__ void tile_step(WarpState<T> &w, const bf16 *Qs, const bf16 *stage, co
             alpha[rr] = exp2f(w.m[mt][rr] - m_ref);
             float sum = 0.0f;
 #pragma unroll
-            for (int n = 0; n < 4; n++)
+            for (int n = 0; n < NB; n++)
 #pragma unroll
                 for (int c = 0; c < 2; c++) {
                     float &x = s[mt][n][2 * rr + c];
@@ -184,15 +198,16 @@ __device__ void tile_step(WarpState<T> &w, const bf16 *Qs, const bf16 *stage, co
             w.o[mt][n][0] *= alpha[0], w.o[mt][n][1] *= alpha[0];
             w.o[mt][n][2] *= alpha[1], w.o[mt][n][3] *= alpha[1];
         }
-        a_from_c(pa[mt][0], s[mt][0], s[mt][1]); // the rounding point of P V
-        a_from_c(pa[mt][1], s[mt][2], s[mt][3]);
+#pragma unroll
+        for (int kc = 0; kc < KC; kc++) // the rounding point of P V
+            a_from_c(pa[mt][kc], s[mt][2 * kc], s[mt][2 * kc + 1]);
     }
 
-    // O += bf16(P) V16: for each 16 columns of V, keys 0..15 then 16..31
+    // O += bf16(P) V16: for each 16 columns of V, keys 0..15 (then 16..31)
 #pragma unroll
     for (int n16 = 0; n16 < D / 16; n16++)
 #pragma unroll
-        for (int kc = 0; kc < 2; kc++) {
+        for (int kc = 0; kc < KC; kc++) {
             uint32_t vb[4];
             load_b_pair_trans<D>(vb, Vs, 16 * n16, 16 * kc, lane);
 #pragma unroll
@@ -204,12 +219,12 @@ __device__ void tile_step(WarpState<T> &w, const bf16 *Qs, const bf16 *stage, co
 }
 
 template <class T>
-__global__ void __launch_bounds__(T::NT) split_kernel(DecodeArgs a)
+__global__ void __launch_bounds__(T::NT, T::MIN_BLOCKS) split_kernel(DecodeArgs a)
 {
-    constexpr int D = T::D, MT = T::MT, BR = T::BR, BC = T::BC, NW = T::NW;
+    constexpr int D = T::D, MT = T::MT, BR = T::BR, BC = T::BC, NW = T::NW, ST = T::ST;
     extern __shared__ uint4 smem4[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smem4);              // Q16_i  (BR, D), swizzled
-    bf16 *ring = Qs + BR * D;                                // per warp: two stages of K16_t, V16_t
+    bf16 *ring = Qs + BR * D;                                // per warp: ST stages of K16_t, V16_t
     const AttnProblem &p = a.p;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g8 = lane / 4;
     const int split = blockIdx.x, i0 = blockIdx.y * BR, g = blockIdx.z;
@@ -240,26 +255,36 @@ __global__ void __launch_bounds__(T::NT) split_kernel(DecodeArgs a)
                 w.o[mt][n][2 * rr] = w.o[mt][n][2 * rr + 1] = 0.0f;
         }
 
-    bf16 *mine = ring + (size_t)warp * 2 * T::STAGE;
-    if (warp < n_tiles)
-        load_tile_kv<T>(mine, a, key_row_index(p, b, kvh, span, chunk.first + warp * BC + lane, chunk.end), lane);
-    cp_async_commit();
-    cp_async_wait<1>(); // Q16_i has landed for this thread (the first tile may still be on its way) ...
-    __syncthreads();    // ... and for every thread
-
-    /* exercise: begin — the warps' turns: warp w walks tiles w, w + NW, ... of the chunk, each streamed into its own two stages while the one before is computed (check 16 --device cuda: o and lse of the cases longer than one tile) | stub: (void)n_tiles; */
-    for (int t = warp, it = 0; t < n_tiles; t += NW, it++) {
-        const int k0 = chunk.first + t * BC, next = t + NW;
-        if (next < n_tiles) // the warp's next tile streams into the other stage
-            load_tile_kv<T>(mine + ((it + 1) & 1) * T::STAGE, a,
-                            key_row_index(p, b, kvh, span, chunk.first + next * BC + lane, chunk.end), lane);
+    // The warp's ring of ST stages: tiles w, w + NW, ... go to stages 0, 1, ..., ST - 1, 0, ... The
+    // row index of a tile (a block-table read for a paged cache) is fetched one tile before its
+    // copies are issued, so that read's latency is not on the way of the copies.
+    bf16 *mine = ring + (size_t)warp * ST * T::STAGE;
+    auto row_of_tile = [&](int t) { // this lane's key row of the warp's tile t, -1 past the chunk
+        return key_row_index(p, b, kvh, span, chunk.first + t * BC + lane, chunk.end);
+    };
+#pragma unroll
+    for (int j = 0; j < ST - 1; j++) { // the first ST - 1 tiles on their way before anyone waits for Q
+        if (warp + j * NW < n_tiles)
+            load_tile_kv<T>(mine + j * T::STAGE, a, row_of_tile(warp + j * NW), lane);
         cp_async_commit();
-        cp_async_wait<1>(); // this tile has landed for this lane ...
-        __syncwarp();       // ... and for the whole warp
+    }
+    long long ahead = row_of_tile(warp + (ST - 1) * NW);
+    cp_async_wait<ST - 1>(); // Q16_i has landed for this thread (the tiles may still be on their way) ...
+    __syncthreads();         // ... and for every thread
+
+    /* exercise: begin — the warps' turns: warp w walks tiles w, w + NW, ... of the chunk, each streamed into its own ring of ST stages while the ones before are computed (check 16 --device cuda: o and lse of the cases longer than one tile) | stub: (void)n_tiles; (void)ahead; */
+    for (int t = warp, it = 0; t < n_tiles; t += NW, it++) {
+        const int k0 = chunk.first + t * BC, next = t + (ST - 1) * NW;
+        if (next < n_tiles) // the warp's tile ST - 1 turns ahead streams into the stage freed last turn
+            load_tile_kv<T>(mine + ((it + ST - 1) % ST) * T::STAGE, a, ahead, lane);
+        cp_async_commit();
+        ahead = row_of_tile(next + NW);
+        cp_async_wait<ST - 1>(); // this tile has landed for this lane ...
+        __syncwarp();            // ... and for the whole warp
         if (lane == 0 && a.hbm)
             hbm_dev_add(a.hbm, HBM_READ, tile_bytes(p, b, span, k0, min(BC, chunk.end - k0)));
-        tile_step<T>(w, Qs, mine + (it & 1) * T::STAGE, a, runs, span, k0, chunk.end, lane);
-        __syncwarp(); // every lane is done with the stage before the next prefetch overwrites it
+        tile_step<T>(w, Qs, mine + (it % ST) * T::STAGE, a, runs, span, k0, chunk.end, lane);
+        __syncwarp(); // every lane is done with the stage before a later prefetch overwrites it
     }
     /* exercise: end */
     cp_async_wait<0>();
@@ -322,44 +347,63 @@ __global__ void __launch_bounds__(T::NT) split_kernel(DecodeArgs a)
         hbm_dev_add(a.hbm, HBM_WRITTEN, (unsigned long long)rows * (D + 1) * sizeof(float));
 }
 
-// One warp per output row: the splits' lse_s and O_s merged; 8 rows per 256-thread block. A row
-// that sees no key keeps o = 0 even when a NaN sink logit made its lse NaN (reference.c's rule;
-// a finite lse of such a row weighs only zeros). a gives the mask of the row's sequence.
-__global__ void combine_kernel(const float *part_o, const float *part_lse, float *o, float *lse,
-                               long rows, int dv, int splits, unsigned long long *hbm, DecodeArgs a)
+// The mask of an output row's sequence, for the combine (the few fields of AttnProblem it needs,
+// so that the kernel's parameters are plain values): seq_lens NULL for a contiguous cache.
+struct CombineMask {
+    const int *seq_lens;
+    int Tk, Tq, causal, window, sink_tokens, R, Hkv;
+};
+
+// One block of CT threads per output row: the splits' lse_s and O_s merged. A decode step at B = 1
+// has few rows and many splits (32 rows and about 40 splits on an H200), so the threads of a row
+// share the work and keep many loads in flight: each split's weight exp(lse_s - lse) is worked out
+// once, into shared memory, and thread c sums weight_s O_s[c] over the splits with the loads of 16
+// splits issued together, rather than one warp walking the splits one load after another. A row
+// that sees no key keeps o = 0 even when a NaN sink logit made its lse NaN (reference.c's rule; a
+// finite lse of such a row weighs only zeros).
+constexpr int CT = 128, MAX_SPLITS = 1024; // threads of a row; splits the combine takes (--splits' top)
+__global__ void __launch_bounds__(CT) combine_kernel(const float *part_o, const float *part_lse, float *o,
+                                                     float *lse, long rows, int dv, int splits,
+                                                     unsigned long long *hbm, CombineMask mask)
 {
-    const long row = (long)blockIdx.x * 8 + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    if (threadIdx.x == 0) {
-        const long n = min(8L, rows - (long)blockIdx.x * 8);
-        hbm_dev_add(hbm, HBM_READ, (unsigned long long)n * splits * (dv + 1) * sizeof(float));
-        hbm_dev_add(hbm, HBM_WRITTEN, (unsigned long long)n * (dv + 1) * sizeof(float));
+    __shared__ float weight[MAX_SPLITS], scratch[32];
+    const long row = blockIdx.x;
+    const int tid = threadIdx.x;
+    if (tid == 0) {
+        hbm_dev_add(hbm, HBM_READ, (unsigned long long)splits * (dv + 1) * sizeof(float));
+        hbm_dev_add(hbm, HBM_WRITTEN, (unsigned long long)(dv + 1) * sizeof(float));
     }
-    if (row >= rows)
-        return;
     float m = -INFINITY;
-    for (int s = lane; s < splits; s += 32)
-        m = fmaxf(m, part_lse[(size_t)s * rows + row]);
-    m = row_max<32>(m);
+    for (int s = tid; s < splits; s += CT) {
+        weight[s] = part_lse[(size_t)s * rows + row]; // lse_s for now
+        m = fmaxf(m, weight[s]);
+    }
+    m = block_max(m, scratch); // (it synchronises the block: weight[] is complete)
     const float shift = m == -INFINITY ? 0.0f : m; // every split empty: the terms are 0 (a NaN stays NaN)
     float sum = 0.0f;
-    for (int s = lane; s < splits; s += 32)
-        sum += expf(part_lse[(size_t)s * rows + row] - shift);
-    sum = row_sum<32>(sum);
+    for (int s = tid; s < splits; s += CT)
+        sum += expf(weight[s] - shift);
+    sum = block_sum(sum, scratch);
     const float total = sum != 0.0f ? shift + logf(sum) : -INFINITY;
     bool sees_none = false;
-    if (isnan(total)) { // warp-uniform; only then is the row's mask worth a read of seq_lens
-        const int b = (int)(row / a.R / a.p.Hkv);
-        const Causal c = causal_make(a.p.causal, a.p.Tq, seq_keys(&a.p, b), a.p.window, a.p.sink_tokens);
-        sees_none = visible_count(row_runs(c, (int)(row % a.R))) == 0;
+    if (isnan(total)) { // block-uniform; only then is the row's mask worth a read of seq_lens
+        const int b = (int)(row / mask.R / mask.Hkv);
+        const int keys = mask.seq_lens ? mask.seq_lens[b] : mask.Tk; // seq_keys's rule
+        const Causal c = causal_make(mask.causal, mask.Tq, keys, mask.window, mask.sink_tokens);
+        sees_none = visible_count(row_runs(c, (int)(row % mask.R))) == 0;
     }
-    for (int c = lane; c < dv; c += 32) {
+    const bool zero = total == -INFINITY || sees_none;
+    for (int s = tid; s < splits; s += CT) // each thread its own entries: no barrier needed before
+        weight[s] = expf(weight[s] - total);
+    __syncthreads();
+    for (int c = tid; c < dv; c += CT) {
         float acc = 0.0f;
-        for (int s = 0; s < splits && total != -INFINITY && !sees_none; s++)
-            acc += expf(part_lse[(size_t)s * rows + row] - total) * part_o[((size_t)s * rows + row) * dv + c];
-        o[(size_t)row * dv + c] = acc;
+#pragma unroll 16
+        for (int s = 0; s < splits; s++)
+            acc += weight[s] * part_o[((size_t)s * rows + row) * dv + c];
+        o[(size_t)row * dv + c] = zero ? 0.0f : acc;
     }
-    if (lane == 0)
+    if (tid == 0)
         lse[row] = total;
 }
 
@@ -436,6 +480,9 @@ template <class T> static int decode_launch(const AttnProblem *p, AttnTensors *t
     int rc = plan_splits<T>(p, ctx, &splits, err); // also raises the shared-memory limit
     if (rc != FL_OK)
         return rc;
+    if (splits > MAX_SPLITS) // the combine's weights, in shared memory
+        return fl_fail(err, FL_BAD_INPUT, "stage 16 (tc_decode, cuda): %d splits; the combine takes at most %d",
+                       splits, MAX_SPLITS);
     DecodeArgs a;
     a.p = *p;
     a.q = reinterpret_cast<const bf16 *>(p->q_bf16);
@@ -452,8 +499,9 @@ template <class T> static int decode_launch(const AttnProblem *p, AttnTensors *t
     if (rc != FL_OK || splits == 1)
         return rc;
     const long rows = (long)output_rows(p);
-    combine_kernel<<<(unsigned)((rows + 7) / 8), 256>>>(a.out_o, a.out_lse, t->o, t->lse, rows, p->dv, splits,
-                                                       a.hbm, a);
+    const CombineMask mask = {p->page_size > 0 ? p->seq_lens : NULL, p->Tk, p->Tq, p->causal, p->window,
+                              p->sink_tokens, a.R, p->Hkv};
+    combine_kernel<<<(unsigned)rows, CT>>>(a.out_o, a.out_lse, t->o, t->lse, rows, p->dv, splits, a.hbm, mask);
     return fl_cuda_launch_status("combine_kernel", err);
 }
 
@@ -475,8 +523,7 @@ static const StageImpl tc_decode = {
     .name = "tc_decode",
     .variant = "",
     .device = DEVICE_CUDA,
-    .lesson = "stage 11's paged split-KV decode in bf16: a kv head's packed query rows as an MMA's M "
-              "(not yet run on a GPU)",
+    .lesson = "stage 11's paged split-KV decode in bf16: a kv head's packed query rows as an MMA's M",
     .features = FEAT_CAUSAL | FEAT_GQA | FEAT_WINDOW | FEAT_SINK_TOKENS | FEAT_SINKS | FEAT_PAGED,
     .forward = decode_forward_cuda,
     .backward = NULL,

@@ -14,8 +14,10 @@
 
 #include "host_device.h"
 
-#define TCD_BLOCK_C 32        /* keys per tile: two mma.sync K steps of P V */
+#define TCD_BLOCK_C 16        /* keys per tile: one mma.sync K step of P V (32 measured slower on an
+                                 H200: its larger ring left room for one block of 4 warps an SM) */
 #define TCD_WARPS 4           /* warps per work item, each walking every TCD_WARPS-th tile */
+#define TCD_STAGES 2          /* the kernel's shared-memory stages per warp (tiles in flight + 1) */
 #define TCD_MIN_SPLIT_KEYS 512 /* a split's fewest keys (the split heuristic's floor) */
 
 /* Packed query rows per work item: one 16-row MMA tile, or two when the rows need them. */
