@@ -109,8 +109,8 @@ typedef struct {
     int threads;         /* CPU worker threads, >= 1 */
     int splits;          /* stage 11: key splits per (sequence, kv head); 0 = the stage's heuristic */
     int blocks;          /* stage 14's forward: thread blocks of its grid, each taking query tiles
-                            until none are left; 0 = the variant's choice (a block per tile, or
-                            one per SM for "persistent") */
+                            until none are left; 0 = the variant's choice (one per SM, or a
+                            block per tile for "per-tile") */
     int ranks;           /* stage 13: ranks P of the ring (0 = 1) */
     RankCounter *rank_counters; /* stage 13: `ranks` entries it adds its counts to (the caller
                                    zeroes them; a forward + backward run adds both passes), or NULL */

@@ -21,11 +21,11 @@ const TcShape tc_shapes[TC_SHAPE_COUNT] = {
 
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
-uint64_t tc_kv_rows_forward(const AttnProblem *p, int rows, int keys)
+uint64_t tc_kv_rows_forward(const AttnProblem *p, int rows, int keys, int from_end)
 {
     uint64_t sum = 0;
     for (int i0 = 0; i0 < p->Tq; i0 += rows) {
-        const int last = (int)min_u64((uint64_t)i0 + (uint64_t)rows, (uint64_t)p->Tq) - 1;
+        const int last = from_end ? p->Tq - 1 - i0 : (int)min_u64((uint64_t)i0 + (uint64_t)rows, (uint64_t)p->Tq) - 1;
         const uint64_t seen = (uint64_t)test_keys_seen(p, last);
         sum += min_u64((uint64_t)p->Tk, (seen + (uint64_t)keys - 1) / (uint64_t)keys * (uint64_t)keys);
     }

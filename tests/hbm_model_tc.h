@@ -21,8 +21,9 @@ extern const TcShape tc_shapes[TC_SHAPE_COUNT];
 
 /* K/V rows one query head's forward blocks load: for each block of `rows` query rows, the key tiles
  * of `keys` up to the one holding the last key its last row sees (rows of one head: the last sees
- * the most), i.e. min(Tk, ceil(seen / keys) keys) rows. */
-uint64_t tc_kv_rows_forward(const AttnProblem *p, int rows, int keys);
+ * the most), i.e. min(Tk, ceil(seen / keys) keys) rows. The blocks are cut from row 0 on, or with
+ * from_end from the last row back (stage 14: the short block, if any, holds the first rows). */
+uint64_t tc_kv_rows_forward(const AttnProblem *p, int rows, int keys, int from_end);
 
 /* The stage's own tile walk, printed beside each result: K_f (K/V rows one query head's forward
  * loads) and S (query rows it streams past the backward's key tiles). */

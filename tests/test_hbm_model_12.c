@@ -25,7 +25,7 @@ static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 /* ---- docs/hbm_model.md, stage 12, written out again ---------------------------------------- */
 
-static uint64_t kv_rows_forward(const AttnProblem *p) { return tc_kv_rows_forward(p, FWD_ROWS, KEYS); }
+static uint64_t kv_rows_forward(const AttnProblem *p) { return tc_kv_rows_forward(p, FWD_ROWS, KEYS, 0); }
 
 /* Query rows one query head streams past the backward's key tiles: for each key tile of 64 from
  * j0, the rows of every query tile of 64 whose last row sees key j0. */

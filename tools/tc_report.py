@@ -12,7 +12,7 @@ number.
 
 Rows at T = 4096 carry the acceptance of the stage's issue, judged on the stage's default variant
 (both d, non-causal and causal, summed up per mask; other variants, such as stage 14's
-"persistent" and its ablation variants "no-pingpong", "no-overlap" and "serial", are printed
+"per-tile" and its ablation variants "no-pingpong", "no-overlap" and "serial", are printed
 beside it but not judged): stage 12 (issue 13) the forward at least 0.6x
 FA2 and forward + backward at least 0.5x FA2; stage 14 (issue 26) the forward at least 1.2x FA2
 (and at d = 128 at least 0.8x cuDNN) and forward + backward at least 1.0x FA2.

@@ -112,22 +112,24 @@ template <int D> struct FwdSmem {
 
 // A block's work: query tiles, BR rows of one head each, numbered head after head (so the blocks
 // running at one time share a head's K and V in L2) and, within a head, from the last tile to the
-// first (with a causal mask the last tiles walk the most keys, so they go first). A block starts
+// first (with a causal mask the last tiles walk the most keys, so they go first). The tiles are cut
+// from the head's last row back (tiles.h: TC_FWD_BLOCK_END), so a short tile is the first; its rows
+// before row 0 are zeros from TMA, computed by no warpgroup that has only them and written nowhere. A block starts
 // with tile blockIdx.x and then takes the next one from a counter (the workspace's int, zeroed
 // before the launch) until none are left. With a grid smaller than the tiles (persistent: a block
 // per SM) the producer loads the next tile's Q_i and K/V while the consumers finish the last one,
 // where a block per tile waits for its own first copies.
 struct FwdWork {
-    int bh, q0, n_tiles; // head (b, h) flattened, first row, K/V tiles it walks
+    int bh, q0, n_tiles; // head (b, h) flattened, first row (< 0 for a short first tile), K/V tiles it walks
 };
 
 template <int D> __device__ __forceinline__ FwdWork fwd_work(const TcArgs &a, int tile)
 {
     constexpr int BR = FwdTile<D>::BR;
     const int per_head = ceil_div(a.Tq, BR);
-    const int q0 = (per_head - 1 - tile % per_head) * BR, rows = min(BR, a.Tq - q0);
+    const int end = TC_FWD_BLOCK_END(a.Tq, D, tile % per_head); // one past the tile's last row
     // Keys the tile needs: all of them, or (causal) up to the last row's position.
-    return {tile / per_head, q0, ceil_div(tc_keys_seen(a.causal, a.Tq, a.Tk, q0 + rows - 1), TC_FWD_BLOCK_C)};
+    return {tile / per_head, end - BR, ceil_div(tc_keys_seen(a.causal, a.Tq, a.Tk, end - 1), TC_FWD_BLOCK_C)};
 }
 
 // The dynamic shared memory of a block as a Smem struct whose tiles need 1024-byte alignment (the
@@ -152,7 +154,7 @@ __device__ void produce(FwdSmem<D> &sm, const CUtensorMap *mq, const CUtensorMap
     for (int c = 0; c < T::CONSUMERS; c++)
         for (int cb = 0; cb < T::CBLK; cb++)
             tma_load_3d(&sm.q[c][cb][0][0], mq, 64 * cb, q0 + T::ROWS * c, bh, &sm.q_full);
-    hbm_dev_add(a.hbm, HBM_READ, (unsigned long long)min(T::BR, a.Tq - q0) * D * sizeof(bf16));
+    hbm_dev_add(a.hbm, HBM_READ, (unsigned long long)(q0 + T::BR - max(q0, 0)) * D * sizeof(bf16)); // rows >= 0
     for (int j = 0; j < n_tiles; j++) {
         const unsigned st = (it + j) % T::NSTAGE, use = (it + j) / T::NSTAGE;
         if (use > 0) // the consumers' previous use of this stage (phase use - 1) must be over
@@ -354,8 +356,8 @@ __device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, 
     const Rows w = {q0, {q0 + 16 * warp + g, q0 + 16 * warp + g + 8}, lane % 4};
     // This warpgroup's own tiles: with the mask, up to its last row's last key (another
     // warpgroup's rows may reach one tile further). Tiles past them are only handed back.
-    const int rows = min(T::ROWS, a.Tq - q0);
-    const int key_end = rows > 0 ? tc_keys_seen(a.causal, a.Tq, a.Tk, q0 + rows - 1) : 0;
+    const int row_end = min(q0 + T::ROWS, a.Tq), rows = row_end - max(q0, 0); // its rows in 0 .. Tq - 1
+    const int key_end = rows > 0 ? tc_keys_seen(a.causal, a.Tq, a.Tk, row_end - 1) : 0;
     const int own_tiles = ceil_div(key_end, T::BC);
     const auto stage_of = [it](int j) { return (it + j) % T::NSTAGE; };
     const auto phase_of = [it](int j) { return (uint32_t)((it + j) / T::NSTAGE) & 1; };
@@ -418,7 +420,7 @@ __device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, 
 #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
         const float lsum = row_sum<4>(l[rr]);
-        if (w.r[rr] >= a.Tq)
+        if (w.r[rr] < 0 || w.r[rr] >= a.Tq) // a row of a short first tile, or past the head's last
             continue;
         const float inv = lsum != 0.0f ? 1.0f / lsum : 0.0f; // a NaN l is not an empty row
         float *orow = a.o + ((size_t)bh * a.Tq + w.r[rr]) * D;
@@ -884,9 +886,9 @@ template <int D> int map_tiles(std::initializer_list<TileMap> maps, FlError *err
 }
 
 // How many blocks the forward's grid has. The kernel is written for a persistent grid (each block
-// takes query tiles until none are left); the stage still launches one block per query tile, as
-// measured, and the variant "persistent" one per SM (not yet measured against it). --blocks N sets
-// the number for any variant (the tests use 1 and 3).
+// takes query tiles until none are left): the stage launches one block per SM, and the variant
+// "per-tile" one block per query tile (no counter; 1-4% slower at T = 4096 on an H200, README).
+// --blocks N sets the number for any variant (the tests use 1 and 3).
 enum Grid : int { GRID_PER_TILE = 0, GRID_PER_SM = 1 };
 
 // blocks: the grid's size from --blocks (0 = the variant's choice; never more than the query tiles).
@@ -1030,9 +1032,9 @@ static int tc_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlErro
                       : backward_launch<128>(a, p->B * p->Hq, p->B * p->Hkv, err);
 }
 
-// The stage, its forward on a persistent grid, and its forward with one or both ways of hiding the
-// softmax left out (the ablation); the backward is the stage's in every variant.
-template <int HIDE, Grid GRID = GRID_PER_TILE>
+// The stage, its forward with a block per query tile, and its forward with one or both ways of
+// hiding the softmax left out (the ablation); the backward is the stage's in every variant.
+template <int HIDE, Grid GRID = GRID_PER_SM>
 static constexpr StageImpl tc_cuda_impl(const char *variant, const char *what)
 {
     return {"14", "hopper", variant, DEVICE_CUDA, what, FEAT_BACKWARD | FEAT_CAUSAL | FEAT_GQA, tc_forward<HIDE, GRID>,
@@ -1040,8 +1042,8 @@ static constexpr StageImpl tc_cuda_impl(const char *variant, const char *what)
 }
 static const StageImpl tc_cuda = tc_cuda_impl<HIDE_BOTH>("",
     "FA on Hopper, bf16: a TMA producer warpgroup, mbarriers, wgmma consumer warpgroups, forward and backward");
-static const StageImpl tc_cuda_persistent = tc_cuda_impl<HIDE_BOTH, GRID_PER_SM>("persistent",
-    "the forward on a persistent grid: one block per SM, each taking query tiles until none are left");
+static const StageImpl tc_cuda_per_tile = tc_cuda_impl<HIDE_BOTH, GRID_PER_TILE>("per-tile",
+    "the forward with a block per query tile instead of a persistent grid of one block per SM");
 static const StageImpl tc_cuda_no_pingpong = tc_cuda_impl<HIDE_IN_WARPGROUP>("no-pingpong",
     "the forward without ping-pong: the consumer warpgroups do not take turns (ablation)");
 static const StageImpl tc_cuda_no_overlap = tc_cuda_impl<HIDE_PINGPONG>("no-overlap",
@@ -1049,5 +1051,5 @@ static const StageImpl tc_cuda_no_overlap = tc_cuda_impl<HIDE_PINGPONG>("no-over
 static const StageImpl tc_cuda_serial = tc_cuda_impl<HIDE_NONE>("serial",
     "the forward with neither ping-pong nor the overlap inside a warpgroup (ablation)");
 
-extern "C" const StageImpl *const stage14_hopper_cuda[] = {&tc_cuda, &tc_cuda_persistent, &tc_cuda_no_pingpong,
+extern "C" const StageImpl *const stage14_hopper_cuda[] = {&tc_cuda, &tc_cuda_per_tile, &tc_cuda_no_pingpong,
                                                           &tc_cuda_no_overlap, &tc_cuda_serial, NULL};

@@ -21,7 +21,7 @@
  * GPU: s2 = S * scale * log2(e).
  *
  * Forward, per (b, h) and query block Q_i of TC_FWD_BLOCK_R(d) rows (one thread block's rows: 192
- * at d = 64, 128 at d = 128):
+ * at d = 64, 128 at d = 128; cut from the head's last row back, TC_FWD_BLOCK_END):
  *   load Q16_i;  m = -inf, l = 0, O = 0
  *   for each K/V tile j (TC_FWD_BLOCK_C keys) up to the block's last visible key:
  *     load K16_j, V16_j
@@ -210,10 +210,9 @@ static void fwd_row_tile(const AttnProblem *p, const FwdTiles *t, int r, int i, 
 
 /* FA2 forward of query rows [i0, i0 + rows) of query head h of batch b. */
 static void fwd_block(const AttnProblem *p, AttnTensors *out, const FwdTiles *t, int b, int h, int i0,
-                      HbmCounter *hbm)
+                      int rows, HbmCounter *hbm)
 {
     const int d = p->d, dv = p->dv, Tq = p->Tq, Tk = p->Tk;
-    const int rows = min_int(TC_FWD_BLOCK_R(d), Tq - i0);
     const size_t qh = (size_t)b * p->Hq + h;                    /* query head */
     const size_t kvh = (size_t)b * p->Hkv + h / (p->Hq / p->Hkv); /* the kv head it reads */
     const uint16_t *K16 = p->k_bf16 + kvh * Tk * d, *V16 = p->v_bf16 + kvh * Tk * dv;
@@ -275,8 +274,9 @@ static int tc_forward(const AttnProblem *p, AttnTensors *out, RunCtx *ctx, FlErr
 #pragma omp parallel for num_threads(workers) schedule(dynamic)
         for (long item = 0; item < (long)items; item++) {
             const int block = (int)(item % blocks), head = (int)(item / blocks);
-            fwd_block(p, out, &tiles[omp_get_thread_num()], head / p->Hq, head % p->Hq,
-                      block * block_rows, ctx->hbm);
+            const int end = TC_FWD_BLOCK_END(p->Tq, p->d, block), i0 = end > block_rows ? end - block_rows : 0;
+            fwd_block(p, out, &tiles[omp_get_thread_num()], head / p->Hq, head % p->Hq, i0, end - i0,
+                      ctx->hbm);
         }
     }
     for (int w = 0; tiles && w < workers; w++)

@@ -8,6 +8,11 @@
 
 /* query rows per forward thread block: 64 per consumer warpgroup, two at d = 128, three at d = 64 */
 #define TC_FWD_BLOCK_R(d) ((d) == 64 ? 192 : 128)
+/* One past the last row of forward block k of a head, counted from the head's end: block k holds
+ * rows [end - TC_FWD_BLOCK_R(d), end) that are >= 0. Cut from the end, a short block (192 does not
+ * divide Tq = 4096) is the first rows, which a causal mask gives the fewest keys, rather than the
+ * last, which walk them all. */
+#define TC_FWD_BLOCK_END(Tq, d, k) ((Tq) - (k) * TC_FWD_BLOCK_R(d))
 /* keys per backward thread block: consumer warpgroups of TC_BWD_WG_KEYS keys each, two at d = 128
  * and three at d = 64 */
 #define TC_BWD_BLOCK_C(d) ((d) == 64 ? 192 : 128)
