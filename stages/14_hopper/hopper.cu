@@ -114,9 +114,9 @@ template <int D> struct FwdSmem {
 // running at one time share a head's K and V in L2) and, within a head, from the last tile to the
 // first (with a causal mask the last tiles walk the most keys, so they go first). The tiles are cut
 // from the head's last row back (tiles.h: TC_FWD_BLOCK_END), so a short tile is the first; its rows
-// before row 0 are zeros from TMA, computed by no warpgroup that has only them and written nowhere. A block starts
-// with tile blockIdx.x and then takes the next one from a counter (the workspace's int, zeroed
-// before the launch) until none are left. With a grid smaller than the tiles (persistent: a block
+// before row 0 are zeros from TMA, computed by no warpgroup that has only them and written nowhere.
+// A block starts with tile blockIdx.x and then takes the next one from a counter (the workspace's
+// int, zeroed before the launch) until none are left. With a grid smaller than the tiles (persistent: a block
 // per SM) the producer loads the next tile's Q_i and K/V while the consumers finish the last one,
 // where a block per tile waits for its own first copies.
 struct FwdWork {
