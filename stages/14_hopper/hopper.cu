@@ -61,9 +61,9 @@ __device__ __forceinline__ bool hidden(const TcArgs &a, int i, int j)
 
 // ==== the forward pass, on Hopper =================================================================
 //
-// A thread block takes query tiles Q_i (of any head) one after the other (FwdWork): one tile when
-// the grid has a block per tile, as the stage launches it, or many on a persistent grid of a block
-// per SM (variant "persistent"). BR = 128 rows and three warpgroups (384 threads) at d = 128,
+// A thread block takes query tiles Q_i (of any head) one after the other (FwdWork): many on the
+// stage's persistent grid of a block per SM, or one when the grid has a block per tile (variant
+// "per-tile"). BR = 128 rows and three warpgroups (384 threads) at d = 128,
 // BR = 192 rows and four warpgroups (512 threads) at d = 64 (FwdTile says why).
 // The warpgroups do different jobs ("warp specialization"):
 //   warpgroup 0, the producer: gives most of its registers back (setmaxnreg) and one of its threads
