@@ -12,11 +12,13 @@
  *   backward tiles, the last short), no mask;  MQA with 4 heads, d = 128, causal Tq = 150 > Tk = 70
  *   (the first 80 rows of each head see no key: a backward tile of 64 that is never visited);
  *   GQA 2, d = 128, causal Tq = 45 < Tk = 300 (five key tiles, the last of 44 keys);  T = 1;
- *   a decode step, GQA 4, Tq = 1 over Tk = 129 keys, no mask. */
+ *   a decode step, GQA 4, Tq = 1 over Tk = 129 keys, no mask;  d = 64, causal, T = 400 (stage 14's
+ *   forward blocks of 192 rows, cut from the last row back, leave a short first block of 16). */
 const TcShape tc_shapes[TC_SHAPE_COUNT] = {
     {{1, 2, 37, 37, 64, 64}, 2, 1},    {{2, 4, 200, 200, 64, 64}, 2, 0},
     {{1, 4, 150, 70, 128, 128}, 1, 1}, {{1, 2, 45, 300, 128, 128}, 1, 1},
     {{1, 1, 1, 1, 64, 64}, 1, 1},      {{1, 8, 1, 129, 128, 128}, 2, 0},
+    {{1, 2, 400, 400, 64, 64}, 1, 1}, /* d = 64, causal: blocks of 192 rows that do not divide Tq */
 };
 
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }

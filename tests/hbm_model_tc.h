@@ -16,7 +16,7 @@ typedef struct {
     int causal;
 } TcShape;
 
-enum { TC_SHAPE_COUNT = 6 };
+enum { TC_SHAPE_COUNT = 7 };
 extern const TcShape tc_shapes[TC_SHAPE_COUNT];
 
 /* K/V rows one query head's forward blocks load: for each block of `rows` query rows, the key tiles
