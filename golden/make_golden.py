@@ -589,13 +589,13 @@ PAGED_CASES = [
     # Stage 16 (bf16 split-KV decode over the paged cache, stage 11's child) runs only these head
     # dims, so it needs paged cases of its own; stage 11 (float32) runs them too. Inputs that bf16
     # holds exactly (bf16=True), so the float64 reference is the exact answer to what a bf16 stage
-    # reads. Packed rows group * Tq from 1 to 32; key tiles of 32.
+    # reads. Packed rows group * Tq from 1 to 32; stage 16 walks the keys in tiles of 16.
     paged_case("tc_paged_ragged_mqa4_tq1_d64", 1601, seq_lens=(1, 15, 33, 100, 1100),
                page_size=16, Hq=4, Hkv=1, Tq=1, d=64, causal=True, spare_cols=2, bf16=True,
                description="tensor cores, paged decode: 5 ragged sequences (1, 15, 33, 100, 1100 "
                            "keys) in pages of 16, one query each, MQA with 4 query heads, causal, "
                            "d=64: a one-key sequence, NaN tails after every length, and 1100 keys "
-                           "(35 key tiles of 32) for the splits to share"),
+                           "(69 key tiles of 16) for the splits to share"),
     paged_case("tc_paged_gptoss_g8_tq1_w128_sinks", 1602, seq_lens=(1, 130, 900), page_size=16,
                Hq=8, Hkv=1, Tq=1, d=64, window=128, sinks=True, spare_cols=0, bf16=True,
                description="tensor cores, paged decode, gpt-oss-like: a group of 8 query heads per "
@@ -629,7 +629,7 @@ PAGED_CASES = [
                Hkv=2, Tq=4, d=64, causal=True, spare_cols=3, bf16=True,
                description="tensor cores, paged decode: 4 new tokens per sequence, causal among "
                            "them, GQA 2 (8 packed rows), d=64, pages of 16, a sequence of exactly "
-                           "Tq keys and one of 760 (48 pages, 24 key tiles of 32)"),
+                           "Tq keys and one of 760 (48 pages, 48 key tiles of 16)"),
     paged_case("tc_paged_mha_tq1_d128", 1608, seq_lens=(1, 17, 64, 200), page_size=16, Hq=2,
                Hkv=2, Tq=1, d=128, causal=True, spare_cols=0, bf16=True,
                description="tensor cores, paged decode: one query per sequence, Hq=Hkv=2 (a "

@@ -1,5 +1,5 @@
 /* hbm_model_tc.h — what the HBM-model tests of the bf16 tensor-core stages (12 and 14) share: their
- * six problems, and the check of one problem: both passes' counters equal to the stage's closed
+ * seven problems, and the check of one problem: both passes' counters equal to the stage's closed
  * form, outputs and gradients within the bf16 tolerance of a float64 reference. Each test keeps its
  * own closed form (the stages' tiles differ). */
 #ifndef FLASHLAB_TEST_HBM_MODEL_TC_H
