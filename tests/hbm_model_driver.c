@@ -119,8 +119,6 @@ int hbm_driver_main(const HbmDriver *drv, int argc, char **argv)
 
 /* ---- the paged split-KV decode of stages 11 and 16 ------------------------------------------------ */
 
-static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
-
 static int paged_seq_len(const TestPaged *x, int b) { return x->p.page_size > 0 ? x->lens[b] : x->p.Tk; }
 
 /* The keys the query block of packed rows [r0, r0 + rows) walks, in order, into keys (count

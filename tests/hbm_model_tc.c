@@ -21,8 +21,6 @@ const TcShape tc_shapes[TC_SHAPE_COUNT] = {
     {{1, 2, 400, 400, 64, 64}, 1, 1}, /* d = 64, causal: blocks of 192 rows that do not divide Tq */
 };
 
-static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
-
 uint64_t tc_kv_rows_forward(const AttnProblem *p, int rows, int keys, int from_end)
 {
     uint64_t sum = 0;

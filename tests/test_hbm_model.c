@@ -33,7 +33,6 @@ typedef struct {
 } Setting;
 
 static uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
-static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 /* ---- docs/hbm_model.md, written out again: floats per head, then x B H x 4 bytes ---------- */

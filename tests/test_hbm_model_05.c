@@ -28,7 +28,6 @@ typedef struct {
 } Counts;
 
 static uint64_t div_up(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
-static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 /* ---- docs/fragments/hbm_05.md, written out again ------------------------------------------ */

@@ -53,7 +53,6 @@ typedef HbmPassCounts PassCounts;
 typedef HbmModelRow ModelRow;
 
 static uint64_t div_up(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
-static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 /* ---- docs/hbm_model.md, stage 08, written out again ---------------------------------------- */

@@ -57,7 +57,6 @@ typedef HbmCounts Counts;
 typedef HbmPassCounts PassCounts;
 typedef HbmModelRow ModelRow;
 
-static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 /* ---- docs/hbm_model.md, stage 10, written out again ----------------------------------------- */

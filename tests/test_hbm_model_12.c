@@ -21,8 +21,6 @@
 /* The kernels' tiles (tiles.h), written out again. */
 enum { FWD_ROWS = 128, BWD_ROWS = 64, KEYS = 64 };
 
-static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
-
 /* ---- docs/hbm_model.md, stage 12, written out again ---------------------------------------- */
 
 static uint64_t kv_rows_forward(const AttnProblem *p) { return tc_kv_rows_forward(p, FWD_ROWS, KEYS, 0); }

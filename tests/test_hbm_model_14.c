@@ -32,8 +32,6 @@ static int fwd_rows(const AttnProblem *p) { return p->d == 64 ? 192 : 128; }
 static int bwd_keys(const AttnProblem *p) { return p->d == 64 ? 192 : 128; }
 
 
-static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
-
 /* ---- docs/hbm_model.md, stage 14, written out again ---------------------------------------- */
 
 static uint64_t kv_rows_forward(const AttnProblem *p) { return tc_kv_rows_forward(p, fwd_rows(p), FWD_KEYS, 1); }

@@ -49,8 +49,6 @@ enum { SHAPE_COUNT = sizeof shapes / sizeof shapes[0] };
 /* The kernels' tiles (tiles.h), written out again. */
 enum { FWD_ROWS = 128, BWD_ROWS = 64, KEYS = 64 };
 
-static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
-
 /* Does some row of [i0, i0 + rows) see some key of [j0, j0 + n)? (docs/conventions.md, key by key) */
 static int rows_see_tile(const AttnProblem *p, int i0, int rows, int j0, int n)
 {

@@ -29,6 +29,9 @@ void test_fail(const char *file, int line, const char *fmt, ...)
  * the process exit code, 0 or 1. */
 int test_exit_code(const char *name);
 
+/* The smaller of two byte or element counts (the closed forms of the HBM-model tests). */
+static inline uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
 /* ---- scratch folder ------------------------------------------------------------------------ */
 
 /* Creates $TMPDIR/flashlab_<tag>_XXXXXX (/tmp without TMPDIR) into dir; 0, or -1 after perror. */
