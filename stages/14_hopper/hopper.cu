@@ -341,6 +341,30 @@ template <int HIDE, int CONSUMERS> struct Turns {
     }
 };
 
+// A consumer warpgroup's epilogue: O = Õ / l, lse = (m + log2 l) ln 2 for its rows of head bh that
+// lie in 0 .. Tq - 1 (`rows` of them); a row that saw no key: o = 0, lse = -inf.
+template <int D>
+__device__ __forceinline__ void store_rows(const TcArgs &a, const float (&o)[D / 8][4], const float (&m)[2],
+                                           const float (&l)[2], const Rows &w, int bh, int rows, int tid)
+{
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const float lsum = row_sum<4>(l[rr]);
+        if (w.r[rr] < 0 || w.r[rr] >= a.Tq) // a row of a short first tile, or past the head's last
+            continue;
+        const float inv = lsum != 0.0f ? 1.0f / lsum : 0.0f; // a NaN l is not an empty row
+        float *orow = a.o + ((size_t)bh * a.Tq + w.r[rr]) * D;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            *reinterpret_cast<float2 *>(orow + 8 * n + 2 * w.t4) =
+                make_float2(o[n][2 * rr] * inv, o[n][2 * rr + 1] * inv);
+        if (w.t4 == 0)
+            a.lse[(size_t)bh * a.Tq + w.r[rr]] = lsum != 0.0f ? (m[rr] + log2f(lsum)) * kLn2 : -INFINITY;
+    }
+    if (tid == 0 && rows > 0)
+        hbm_dev_add(a.hbm, HBM_WRITTEN, (unsigned long long)rows * (D + 1) * sizeof(float));
+}
+
 // One consumer warpgroup, one query tile: rows q0 .. q0 + 63 of the head (q0 = the tile's first
 // row + 64 c), the tile's K/V tiles from ring position `it` on.
 // Round j is software-pipelined inside the warpgroup too: it issues S_j = Q K_j^T and then
@@ -416,23 +440,7 @@ __device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, 
         Turn::pass(c);
     }
 
-    // O = Õ / l, lse = (m + log2 l) ln 2; a row that saw no key: o = 0, lse = -inf
-#pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        const float lsum = row_sum<4>(l[rr]);
-        if (w.r[rr] < 0 || w.r[rr] >= a.Tq) // a row of a short first tile, or past the head's last
-            continue;
-        const float inv = lsum != 0.0f ? 1.0f / lsum : 0.0f; // a NaN l is not an empty row
-        float *orow = a.o + ((size_t)bh * a.Tq + w.r[rr]) * D;
-#pragma unroll
-        for (int n = 0; n < T::NO; n++)
-            *reinterpret_cast<float2 *>(orow + 8 * n + 2 * w.t4) =
-                make_float2(o[n][2 * rr] * inv, o[n][2 * rr + 1] * inv);
-        if (w.t4 == 0)
-            a.lse[(size_t)bh * a.Tq + w.r[rr]] = lsum != 0.0f ? (m[rr] + log2f(lsum)) * kLn2 : -INFINITY;
-    }
-    if (tid == 0 && rows > 0)
-        hbm_dev_add(a.hbm, HBM_WRITTEN, (unsigned long long)rows * (D + 1) * sizeof(float));
+    store_rows<D>(a, o, m, l, w, bh, rows, tid);
 }
 
 template <int D, int HIDE>
@@ -496,6 +504,148 @@ __global__ void __launch_bounds__(FwdTile<D>::NT, 1)
     }
     if (c == 0) // the turn warpgroup 0 was last given, taken back
         Turn::wait(c);
+}
+
+// ==== the ablation's first rungs: Hopper's pieces one at a time ==================================
+//
+// The stage's forward brings wgmma, TMA, mbarriers and warp specialization in together. Two more
+// forward kernels take them apart for the ablation (README, "What each piece buys"). Every
+// warpgroup computes (no producer warpgroup, no setmaxnreg, no turns, no overlap inside a
+// warpgroup: the `serial` consumer's rounds), a block per query tile, and the K/V ring is filled
+//   LOAD_CP_ASYNC  (variant "wgmma-only") by every thread with 16-byte cp.async copies into the
+//                  same 128-byte swizzled layout TMA writes, so wgmma reads the tiles as in the
+//                  stage: wgmma alone;
+//   LOAD_TMA       (variant "wgmma-tma") by one thread with TMA, completing on the ring's
+//                  mbarriers: wgmma and TMA, without warp specialization.
+// Without a producer warpgroup the ring is refilled between rounds: the warpgroups meet at a block
+// barrier after each K/V tile, and then the tile NSTAGE (TMA) or NSTAGE - 1 (cp.async) ahead goes
+// into the stage that is free. What the stage's producer warpgroup buys is that no such barrier
+// holds every consumer to the slowest one.
+enum Load : int { LOAD_CP_ASYNC = 0, LOAD_TMA = 1 };
+
+template <int D> __host__ __device__ constexpr int inline_threads() { return 128 * FwdTile<D>::CONSUMERS; }
+
+// Rows [row0, row0 + ROWS) of a matrix of `rows_total` rows of D bf16 each (at base) into a tile of
+// 64-column swizzled blocks dst[cb][r][64], as TMA_SWIZZLE_128B lays a box out: 16-byte chunk c of
+// a block's row r at chunk c ^ (r % 8). Rows outside 0 .. rows_total - 1 become zeros (TMA's fill).
+// The block's nt threads take the chunks in turn.
+template <int D, int ROWS>
+__device__ void copy_swizzled(bf16 (*dst)[ROWS][64], const bf16 *base, int rows_total, int row0, int tid, int nt)
+{
+    constexpr int CHUNKS = D / 8;
+    for (int idx = tid; idx < ROWS * CHUNKS; idx += nt) {
+        const int r = idx / CHUNKS, c = idx % CHUNKS, cb = c / 8, cc = c % 8, row = row0 + r;
+        const bool ok = row >= 0 && row < rows_total;
+        cp_async16(&dst[cb][r][8 * (cc ^ (r % 8))], ok ? base + (size_t)row * D + 8 * c : base, ok ? 16 : 0);
+    }
+}
+
+template <int D, int LOAD>
+__global__ void __launch_bounds__(inline_threads<D>(), 1)
+    hopper_forward_inline_kernel(const __grid_constant__ CUtensorMap mq, const __grid_constant__ CUtensorMap mk,
+                                 const __grid_constant__ CUtensorMap mv, TcArgs a)
+{
+    using T = FwdTile<D>;
+    constexpr int NT = inline_threads<D>(), NS = T::NSTAGE, BC = T::BC;
+    FwdSmem<D> &sm = aligned_smem<FwdSmem<D>>();
+    const int tid = threadIdx.x, c = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4;
+    const FwdWork w = fwd_work<D>(a, blockIdx.x);
+    const int h = w.bh % a.Hq, b = w.bh / a.Hq, kvh = b * (a.Hq / a.group) + h / a.group;
+
+    // K_j and V_j of tile j into stage j % NS: by TMA (one thread), or by every thread's cp.async
+    const auto load_kv = [&](int j) {
+        const int st = j % NS;
+        if constexpr (LOAD == LOAD_TMA) {
+            if (tid == 0) {
+                mbar_arrive_expect_tx(&sm.kv_full[st], sizeof sm.k[0] + sizeof sm.v[0]);
+                for (int cb = 0; cb < T::CBLK; cb++) {
+                    tma_load_3d(&sm.k[st][cb][0][0], &mk, 64 * cb, j * BC, kvh, &sm.kv_full[st]);
+                    tma_load_3d(&sm.v[st][cb][0][0], &mv, 64 * cb, j * BC, kvh, &sm.kv_full[st]);
+                }
+            }
+        } else {
+            copy_swizzled<D, BC>(sm.k[st], a.k + (size_t)kvh * a.Tk * D, a.Tk, j * BC, tid, NT);
+            copy_swizzled<D, BC>(sm.v[st], a.v + (size_t)kvh * a.Tk * D, a.Tk, j * BC, tid, NT);
+        }
+        if (tid == 0)
+            hbm_dev_add(a.hbm, HBM_READ, (unsigned long long)min(BC, a.Tk - j * BC) * 2 * D * sizeof(bf16));
+    };
+
+    if (tid == 0) {
+        mbar_init(&sm.q_full, 1);
+        for (int st = 0; st < NS; st++)
+            mbar_init(&sm.kv_full[st], 1);
+        fence_barrier_init();
+    }
+    __syncthreads();
+    // Q_i, then the first K/V tiles: NS of them by TMA, NS - 1 by cp.async (one commit group each,
+    // empty past the walk), the stage left over being the one a round fills
+    if constexpr (LOAD == LOAD_TMA) {
+        if (tid == 0) {
+            mbar_arrive_expect_tx(&sm.q_full, sizeof sm.q);
+            for (int cc = 0; cc < T::CONSUMERS; cc++)
+                for (int cb = 0; cb < T::CBLK; cb++)
+                    tma_load_3d(&sm.q[cc][cb][0][0], &mq, 64 * cb, w.q0 + T::ROWS * cc, w.bh, &sm.q_full);
+        }
+    } else {
+        for (int cc = 0; cc < T::CONSUMERS; cc++)
+            copy_swizzled<D, T::ROWS>(sm.q[cc], a.q + (size_t)w.bh * a.Tq * D, a.Tq, w.q0 + T::ROWS * cc, tid, NT);
+        cp_async_commit();
+    }
+    if (tid == 0)
+        hbm_dev_add(a.hbm, HBM_READ, (unsigned long long)(w.q0 + T::BR - max(w.q0, 0)) * D * sizeof(bf16));
+    for (int j = 0; j < (LOAD == LOAD_TMA ? NS : NS - 1); j++) {
+        if (j < w.n_tiles)
+            load_kv(j);
+        if constexpr (LOAD == LOAD_CP_ASYNC)
+            cp_async_commit();
+    }
+    if constexpr (LOAD == LOAD_TMA)
+        mbar_wait(&sm.q_full, 0);
+
+    // This warpgroup's rows and own tiles, as in consume()
+    const int q0 = w.q0 + T::ROWS * c;
+    const Rows rw = {q0, {q0 + 16 * warp + g, q0 + 16 * warp + g + 8}, lane % 4};
+    const int row_end = min(q0 + T::ROWS, a.Tq), rows = row_end - max(q0, 0);
+    const int own_tiles = rows > 0 ? ceil_div(tc_keys_seen(a.causal, a.Tq, a.Tk, row_end - 1), BC) : 0;
+    float o[T::NO][4];
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
+#pragma unroll
+    for (int n = 0; n < T::NO; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float s[BC / 8][4];
+    uint32_t pa[BC / 16][4];
+
+    for (int j = 0; j < w.n_tiles; j++) {
+        const int st = j % NS;
+        if constexpr (LOAD == LOAD_TMA) {
+            mbar_wait(&sm.kv_full[st], (uint32_t)(j / NS) & 1);
+        } else {
+            cp_async_wait<NS - 2>(); // Q_i and tile j have landed for this thread ...
+            fence_proxy_async();     // ... are visible to wgmma (the async proxy) ...
+            __syncthreads();         // ... for every thread; and every round j - 1 is over
+            if (j + NS - 1 < w.n_tiles)
+                load_kv(j + NS - 1); // into stage (j - 1) % NS, which round j - 1 left
+            cp_async_commit();
+        }
+        if (j < own_tiles) { // round j, serial: S_j, its softmax, then P_j V_j
+            issue_scores<D>(s, sm, c, st);
+            wgmma_wait<0>();
+            softmax_tile(s, m, l, alpha, a, rw, j * BC);
+            rescale(o, alpha);
+            p_fragments(pa, s);
+            issue_pv<D>(o, pa, sm, st);
+            wgmma_wait<0>();
+        }
+        if constexpr (LOAD == LOAD_TMA) {
+            __syncthreads(); // every warpgroup is done with stage st
+            if (j + NS < w.n_tiles)
+                load_kv(j + NS);
+        }
+    }
+    if constexpr (LOAD == LOAD_CP_ASYNC)
+        cp_async_wait<0>(); // no copy still in flight when the block ends (only empty groups are left)
+    store_rows<D>(a, o, m, l, rw, w.bh, rows, tid % 128);
 }
 
 // ==== the backward pass, on Hopper ================================================================
@@ -926,6 +1076,28 @@ template <int D, int HIDE> int forward_launch(const TcArgs &a, int heads, int kv
     return fl_cuda_launch_status("hopper_forward_kernel", err);
 }
 
+// The ablation's inline-loading forward (LOAD_CP_ASYNC or LOAD_TMA): a block per query tile.
+template <int D, int LOAD> int forward_inline_launch(const TcArgs &a, int heads, int kv_heads, int blocks, FlError *err)
+{
+    using T = FwdTile<D>;
+    if (blocks > 0)
+        return fl_fail(err, FL_BAD_INPUT, "stage 14 (cuda): variants wgmma-only and wgmma-tma launch a block per "
+                       "query tile; --blocks does not apply to them");
+    CUtensorMap mq, mk, mv; // used by LOAD_TMA only, made for both (the kernel takes them)
+    int rc = map_tiles<D>({{&mq, a.q, heads, a.Tq, T::ROWS}, {&mk, a.k, kv_heads, a.Tk, T::BC},
+                           {&mv, a.v, kv_heads, a.Tk, T::BC}}, err);
+    if (rc == FL_OK)
+        rc = allow_smem(hopper_forward_inline_kernel<D, LOAD>, FwdSmem<D>::BYTES, "hopper_forward_inline_kernel", err);
+    if (rc != FL_OK)
+        return rc;
+    const long long n_work = (long long)ceil_div(a.Tq, T::BR) * heads;
+    if (n_work > INT_MAX)
+        return fl_fail(err, FL_UNSUPPORTED, "stage 14 (cuda): %lld query tiles; the grid numbers them with 32-bit ints",
+                       n_work);
+    hopper_forward_inline_kernel<D, LOAD><<<(unsigned)n_work, inline_threads<D>(), FwdSmem<D>::BYTES>>>(mq, mk, mv, a);
+    return fl_cuda_launch_status("hopper_forward_inline_kernel", err);
+}
+
 template <int D> int backward_launch(const TcArgs &a, int heads, int kv_heads, FlError *err)
 {
     using T = WgBwdTile<D>;
@@ -1008,6 +1180,16 @@ template <int HIDE, Grid GRID> static int tc_forward(const AttnProblem *p, AttnT
                       : forward_launch<128, HIDE>(a, p->B * p->Hq, p->B * p->Hkv, GRID, ctx->blocks, err);
 }
 
+template <int LOAD> static int tc_forward_inline(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
+{
+    int rc = tc_validate(p, 0, err);
+    if (rc != FL_OK || p->Tq <= 0 || p->Tk <= 0 || p->B <= 0 || p->Hq <= 0)
+        return rc;
+    const TcArgs a = tc_args(p, t, ctx);
+    return p->d == 64 ? forward_inline_launch<64, LOAD>(a, p->B * p->Hq, p->B * p->Hkv, ctx->blocks, err)
+                      : forward_inline_launch<128, LOAD>(a, p->B * p->Hq, p->B * p->Hkv, ctx->blocks, err);
+}
+
 // The workspace: the forward's work counter; the backward's D = rowsum(dO ∘ O) (B, Hq, Tq).
 static size_t tc_workspace_bytes(const AttnProblem *p, const RunCtx *ctx, Direction dir)
 {
@@ -1050,6 +1232,18 @@ static const StageImpl tc_cuda_no_overlap = tc_cuda_impl<HIDE_PINGPONG>("no-over
     "the forward without the overlap inside a warpgroup: P V finishes before the softmax (ablation)");
 static const StageImpl tc_cuda_serial = tc_cuda_impl<HIDE_NONE>("serial",
     "the forward with neither ping-pong nor the overlap inside a warpgroup (ablation)");
+// The ablation's first rungs: a block per query tile, every warpgroup a serial consumer, the ring
+// filled by cp.async (wgmma alone) or by one thread's TMA (wgmma + TMA, no warp specialization).
+template <int LOAD> static constexpr StageImpl tc_cuda_inline_impl(const char *variant, const char *what)
+{
+    return {"14", "hopper", variant, DEVICE_CUDA, what, FEAT_BACKWARD | FEAT_CAUSAL | FEAT_GQA, tc_forward_inline<LOAD>,
+            tc_backward, tc_workspace_bytes, NULL, PRECISION_BF16, {64, 128}};
+}
+static const StageImpl tc_cuda_wgmma_only = tc_cuda_inline_impl<LOAD_CP_ASYNC>("wgmma-only",
+    "the forward with wgmma alone: every warpgroup computes and copies with cp.async, a block barrier a tile (ablation)");
+static const StageImpl tc_cuda_wgmma_tma = tc_cuda_inline_impl<LOAD_TMA>("wgmma-tma",
+    "the forward with wgmma and TMA but no producer warpgroup: one thread copies, a block barrier a tile (ablation)");
 
 extern "C" const StageImpl *const stage14_hopper_cuda[] = {&tc_cuda, &tc_cuda_per_tile, &tc_cuda_no_pingpong,
-                                                          &tc_cuda_no_overlap, &tc_cuda_serial, NULL};
+                                                          &tc_cuda_no_overlap, &tc_cuda_serial,
+                                                          &tc_cuda_wgmma_only, &tc_cuda_wgmma_tma, NULL};
