@@ -4,10 +4,13 @@
 Stage 14's forward hides the softmax under the tensor cores in two ways: inside a consumer
 warpgroup (the softmax of tile j runs while P_{j-1} V_{j-1} is still on the tensor cores) and
 between the two consumer warpgroups (ping-pong). Its variants leave them out: "no-pingpong",
-"no-overlap" and "serial" (neither). This script times, in one run on one GPU:
+"no-overlap" and "serial" (neither). Below "serial", two variants take the rest of Hopper's pieces
+away: "wgmma-tma" (TMA copies issued by a consumer's thread, no producer warpgroup) and
+"wgmma-only" (cp.async copies by every thread, a block barrier per K/V tile). This script times,
+in one run on one GPU:
 
   - stage 12 (mma.sync, cp.async, no warp specialization: none of Hopper's pieces),
-  - stage 14's four forward variants,
+  - stage 14's six forward variants,
   - PyTorch SDPA's FLASH_ATTENTION (FA2) and CUDNN_ATTENTION backends,
 
 non-causal and causal (`flashlab bench --json` and tools/sdpa_bench.py), and then profiles one
@@ -33,11 +36,13 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-VARIANTS = (("12", ""), ("14", "serial"), ("14", "no-overlap"), ("14", "no-pingpong"), ("14", ""))
-LABEL = {("12", ""): "stage 12 (mma.sync)", ("14", "serial"): "14 serial (neither)",
+VARIANTS = (("12", ""), ("14", "wgmma-only"), ("14", "wgmma-tma"), ("14", "serial"), ("14", "no-overlap"),
+            ("14", "no-pingpong"), ("14", ""))
+LABEL = {("12", ""): "stage 12 (mma.sync)", ("14", "wgmma-only"): "14 wgmma-only (cp.async)",
+         ("14", "wgmma-tma"): "14 wgmma-tma (TMA, no producer)", ("14", "serial"): "14 serial (neither)",
          ("14", "no-overlap"): "14 ping-pong only", ("14", "no-pingpong"): "14 in-warpgroup overlap only",
          ("14", ""): "14 both (the stage)"}
-KERNEL = {"12": "regex:tc_forward_kernel", "14": "regex:hopper_forward_kernel"}
+KERNEL = {"12": "regex:tc_forward_kernel", "14": "regex:hopper_forward_(inline_)?kernel"}
 STALL_PREFIX = "smsp__average_warps_issue_stalled_"
 STALL_SUFFIX = "_per_issue_active.ratio"
 # what the profile table shows, each (column, metric) tried in order until ncu knows one
