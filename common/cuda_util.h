@@ -1,6 +1,6 @@
 /* cuda_util.h — the small CUDA helpers every .cu file of flashlab shares (the runner and the
- * stages): checking a CUDA/cuBLAS call into an FlError, ceil_div, device allocations, and the
- * in-kernel HBM byte counter of docs/hbm_model.md.
+ * stages): checking a CUDA/cuBLAS call into an FlError, a launch that may overlap the kernel before
+ * it, ceil_div, device allocations, and the in-kernel HBM byte counter of docs/hbm_model.md.
  *
  * Every CUDA failure becomes one FlError line "CUDA error in <what>: <cudaGetErrorString>" and the
  * status FL_BAD_INPUT (the device could not run this input: out of memory, a bad launch, ...). */
@@ -36,6 +36,55 @@ static inline int fl_cuda_launch_status(const char *kernel, FlError *err)
 {
     return fl_cuda_status(cudaGetLastError(), kernel, err);
 }
+
+/* ---- programmatic dependent launch (compute capability 9.0 and up) -----------------------------
+ * A kernel launched with fl_launch_overlapping() may start while the kernel before it in the stream
+ * is still running: once every block of that earlier kernel has called grid_let_next_start() (or
+ * ended), the later kernel's blocks are scheduled, and each waits in grid_wait_for_previous() until
+ * the earlier kernel has finished and its writes are visible. What it buys is the gap between two
+ * kernels: the later one's launch and its blocks' start-up happen under the earlier one's last
+ * blocks. On an older GPU the launch is an ordinary one and both calls do nothing. */
+static inline __device__ void grid_let_next_start(void)
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Call before reading anything the previous kernel in the stream writes. */
+static inline __device__ void grid_wait_for_previous(void)
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+#ifdef __cplusplus
+/* kernel<<<grid, block, smem>>>(args...) on the default stream, allowed to overlap the kernel before
+ * it (above) on a GPU of compute capability 9.0 or more. */
+template <class... Params, class... Args>
+static inline cudaError_t fl_launch_overlapping(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                                Args... args)
+{
+    int device = 0, major = 0;
+    cudaError_t status = cudaGetDevice(&device);
+    if (status == cudaSuccess)
+        status = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (status != cudaSuccess)
+        return status;
+    cudaLaunchAttribute overlap;
+    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem;
+    config.stream = 0;
+    config.attrs = &overlap;
+    config.numAttrs = major >= 9 ? 1 : 0;
+    return cudaLaunchKernelEx(&config, kernel, (Params)args...);
+}
+#endif
 
 static inline __host__ __device__ int ceil_div(int a, int b)
 {

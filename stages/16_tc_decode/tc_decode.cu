@@ -19,7 +19,8 @@
  *                   O_s and lse_s: into the workspace, or into o and lse with one split.
  *   combine_kernel  stage 11's merge, lse = log sum_s exp(lse_s), O = sum_s exp(lse_s - lse) O_s, with a
  *                   block of threads per row instead of a warp (and o = 0 for a row that sees no
- *                   key, as in reference.c, even under a NaN sink logit).
+ *                   key, as in reference.c, even under a NaN sink logit), launched on Hopper so
+ *                   that it starts while the split kernel ends (programmatic dependent launch).
  * A decode step reads each key once and does two multiply-adds per byte of it, so the kernel is
  * about keeping loads in flight while the SM's schedulers always have a warp to run. Tiles of 16
  * keys (8 KiB at d = 128) make a block's ring 64 KiB, so three blocks (12 warps) share an SM where
@@ -235,6 +236,7 @@ __global__ void __launch_bounds__(T::NT, T::MIN_BLOCKS) split_kernel(DecodeArgs 
     const Chunk chunk = split_chunk(span_count(span), a.splits, split);
     const int n_tiles = tcd_tiles(chunk.end - chunk.first);
 
+    grid_let_next_start(); // the combine's blocks may be scheduled now; they wait for this grid's end
     // Q16_i for every warp, then each warp's first tile on its way before anyone waits for Q
     load_tile_swizzled<BR, D, T::NT>(Qs, a.q + ((size_t)g * a.R + i0) * D, rows, tid);
     cp_async_commit();
@@ -357,11 +359,13 @@ struct CombineMask {
 // One block of CT threads per output row: the splits' lse_s and O_s merged. A decode step at B = 1
 // has few rows and many splits (32 rows and about 40 splits on an H200), so the threads of a row
 // share the work and keep many loads in flight: each split's weight exp(lse_s - lse) is worked out
-// once, into shared memory, and thread c sums weight_s O_s[c] over the splits with the loads of 16
-// splits issued together, rather than one warp walking the splits one load after another. A row
+// once, into shared memory, and the threads share out both the columns and the splits of
+// sum_s weight_s O_s, rather than one warp walking the splits one load after another. A row
 // that sees no key keeps o = 0 even when a NaN sink logit made its lse NaN (reference.c's rule; a
-// finite lse of such a row weighs only zeros).
-constexpr int CT = 128, MAX_SPLITS = 1024; // threads of a row; splits the combine takes (--splits' top)
+// finite lse of such a row weighs only zeros). On Hopper the combine is launched to overlap the
+// split kernel: its blocks start while the last splits run and wait for them in
+// grid_wait_for_previous(), so that a step does not pay the gap between two kernels.
+constexpr int CT = 256, MAX_SPLITS = 1024; // threads of a row; splits the combine takes (--splits' top)
 __global__ void __launch_bounds__(CT) combine_kernel(const float *part_o, const float *part_lse, float *o,
                                                      float *lse, long rows, int dv, int splits,
                                                      unsigned long long *hbm, CombineMask mask)
@@ -373,6 +377,7 @@ __global__ void __launch_bounds__(CT) combine_kernel(const float *part_o, const 
         hbm_dev_add(hbm, HBM_READ, (unsigned long long)splits * (dv + 1) * sizeof(float));
         hbm_dev_add(hbm, HBM_WRITTEN, (unsigned long long)(dv + 1) * sizeof(float));
     }
+    grid_wait_for_previous(); // the split kernel's partials are complete and visible
     float m = -INFINITY;
     for (int s = tid; s < splits; s += CT) {
         weight[s] = part_lse[(size_t)s * rows + row]; // lse_s for now
@@ -396,12 +401,29 @@ __global__ void __launch_bounds__(CT) combine_kernel(const float *part_o, const 
     for (int s = tid; s < splits; s += CT) // each thread its own entries: no barrier needed before
         weight[s] = expf(weight[s] - total);
     __syncthreads();
-    for (int c = tid; c < dv; c += CT) {
-        float acc = 0.0f;
-#pragma unroll 16
-        for (int s = 0; s < splits; s++)
-            acc += weight[s] * part_o[((size_t)s * rows + row) * dv + c];
-        o[(size_t)row * dv + c] = zero ? 0.0f : acc;
+    // Thread (gi, c4) sums columns 4 c4 .. 4 c4 + 3 of the splits gi, gi + groups, ... (dv / 4
+    // column chunks, CT / (dv / 4) groups: 8 at dv = 128, 16 at dv = 64), so that each thread has
+    // a few float4 loads in flight rather than one load per split; the groups' sums meet in
+    // shared memory. (The workspace's rows are dv floats, a multiple of 4: 16-byte aligned.)
+    __shared__ float4 group_sum[CT];
+    const int chunks = dv / 4, groups = CT / chunks, c4 = tid % chunks, gi = tid / chunks;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+    for (int s = gi; s < splits; s += groups) {
+        const float4 x = *reinterpret_cast<const float4 *>(part_o + ((size_t)s * rows + row) * dv + 4 * c4);
+        const float w = weight[s];
+        acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
+    }
+    group_sum[tid] = acc;
+    __syncthreads();
+    if (tid < chunks) {
+        for (int k = 1; k < groups; k++) {
+            const float4 x = group_sum[k * chunks + tid];
+            acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
+        }
+        float *out = o + (size_t)row * dv + 4 * tid;
+        out[0] = zero ? 0.0f : acc.x, out[1] = zero ? 0.0f : acc.y;
+        out[2] = zero ? 0.0f : acc.z, out[3] = zero ? 0.0f : acc.w;
     }
     if (tid == 0)
         lse[row] = total;
@@ -501,8 +523,10 @@ template <class T> static int decode_launch(const AttnProblem *p, AttnTensors *t
     const long rows = (long)output_rows(p);
     const CombineMask mask = {p->page_size > 0 ? p->seq_lens : NULL, p->Tk, p->Tq, p->causal, p->window,
                               p->sink_tokens, a.R, p->Hkv};
-    combine_kernel<<<(unsigned)rows, CT>>>(a.out_o, a.out_lse, t->o, t->lse, rows, p->dv, splits, a.hbm, mask);
-    return fl_cuda_launch_status("combine_kernel", err);
+    // launched while the split kernel runs (compute capability 9.0+): cuda_util.h, fl_launch_overlapping
+    return fl_cuda_status(fl_launch_overlapping(combine_kernel, dim3((unsigned)rows), dim3(CT), 0, a.out_o, a.out_lse,
+                                                t->o, t->lse, rows, p->dv, splits, a.hbm, mask),
+                          "combine_kernel", err);
 }
 
 static int decode_forward_cuda(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
