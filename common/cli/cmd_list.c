@@ -11,11 +11,11 @@ int cmd_list(Options *o)
         printf("no stages in this build yet (stages/NN_name/CMakeLists.txt registers them)\n");
         return FL_OK;
     }
-    printf("%-5s  %-16s  %-6s  %-10s  %-13s  %s\n%7s%s\n", "stage", "name", "device", "variant", "precision",
+    printf("%-5s  %-16s  %-6s  %-11s  %-13s  %s\n%7s%s\n", "stage", "name", "device", "variant", "precision",
            "features", "", "the lesson");
     for (int i = 0; all[i]; i++) {
         char features[256], precision[48];
-        printf("%-5s  %-16s  %-6s  %-10s  %-13s  %s\n", all[i]->stage, all[i]->name, device_name(all[i]->device),
+        printf("%-5s  %-16s  %-6s  %-11s  %-13s  %s\n", all[i]->stage, all[i]->name, device_name(all[i]->device),
                all[i]->variant[0] ? all[i]->variant : "-", precision_label(all[i], precision, sizeof precision),
                feature_list(all[i], features, sizeof features));
         print_wrapped(7, CLI_WIDTH, all[i]->lesson);
