@@ -449,10 +449,12 @@ def mla_reference(x, ckv, kpe, w_dq, w_uq, w_qr, w_uk, w_uv, w_o, causal=True,
 
 
 def mla_case(name, seed, B, Tq, Tk, D, mq, H, dh, m, p, dv, causal=True, rope_theta=10000.0,
-             description=""):
+             bf16=False, description=""):
+    """One MLA case. bf16=True draws inputs that bf16 holds exactly (see mla_draw_inputs)."""
     assert min(B, Tq, Tk, D, mq, H, dh, m, p, dv) >= 1 and p % 2 == 0 and Tq <= Tk
     return dict(name=name, seed=seed, B=B, Tq=Tq, Tk=Tk, D=D, mq=mq, H=H, dh=dh, m=m, p=p, dv=dv,
-                causal=bool(causal), rope_theta=float(rope_theta), description=description)
+                causal=bool(causal), rope_theta=float(rope_theta), bf16=bool(bf16),
+                description=description)
 
 
 MLA_CASES = [
@@ -476,19 +478,40 @@ MLA_CASES = [
     mla_case("mla_wide", 907, B=1, Tq=2, Tk=20, D=16, mq=16, H=2, dh=16, m=160, p=16, dv=16,
              description="MLA with a wide latent m=160: absorbed key width m+p=176 and value width "
                          "160, both over 128"),
+    # --- MLA in bf16 (stage 17): inputs that bf16 holds exactly, so the float64 reference is the
+    # exact answer to what a bf16 stage reads. The cache is walked in tiles of 64 keys (stage 17's
+    # tiles.h); the first case has DeepSeek-V2's latent widths.
+    mla_case("tc_mla_decode_m512_p64", 911, B=2, Tq=1, Tk=200, D=64, mq=32, H=16, dh=16, m=512,
+             p=64, dv=16, bf16=True,
+             description="bf16 MLA decode with DeepSeek-V2's cache widths m=512, p=64; 16 heads "
+                         "stacked; Tk=200 ends mid-tile"),
+    mla_case("tc_mla_spec_tq4", 912, B=2, Tq=4, Tk=150, D=32, mq=16, H=8, dh=16, m=64, p=16,
+             dv=16, bf16=True,
+             description="bf16 MLA step of 4 tokens (speculative decoding), causal between them; "
+                         "the rows of one tile see 147 to 150 keys"),
+    mla_case("tc_mla_prefill_t96", 913, B=1, Tq=96, Tk=96, D=32, mq=16, H=4, dh=16, m=64, p=16,
+             dv=16, bf16=True,
+             description="bf16 MLA prefill, Tq=Tk=96, causal: rows whose keys end in the first or "
+                         "the second 64-key tile"),
+    mla_case("tc_mla_noncausal_tq3_tk70", 914, B=1, Tq=3, Tk=70, D=24, mq=16, H=6, dh=8, m=48,
+             p=8, dv=12, causal=False,
+             bf16=True,
+             description="bf16 MLA without a mask, Tq=3 < Tk=70, dh=8 != dv=12"),
 ]
 
 
 def mla_draw_inputs(c):
     """Inputs for one MLA case, float32: x, ckv, kpe ~ N(0,1); each weight with fan-in f (the
     length of the sum it feeds) ~ N(0, 1/f), so c_q, q, k and v have unit variance, so do the
-    scores after the 1/sqrt(dh + p) scale, and y is O(1)."""
+    scores after the 1/sqrt(dh + p) scale, and y is O(1). A case with bf16=True rounds every
+    input to bf16, as draw_inputs does."""
     rng = np.random.default_rng(c["seed"])
     B, Tq, Tk, D, mq, H = c["B"], c["Tq"], c["Tk"], c["D"], c["mq"], c["H"]
     dh, m, p, dv = c["dh"], c["m"], c["p"], c["dv"]
 
     def f32(shape, fan_in=1):
-        return np.ascontiguousarray(rng.standard_normal(shape) / math.sqrt(fan_in), dtype="<f4")
+        x = np.ascontiguousarray(rng.standard_normal(shape) / math.sqrt(fan_in), dtype="<f4")
+        return bf16_round(x) if c.get("bf16") else x
 
     return {
         "x": f32((B, Tq, D)),
