@@ -152,6 +152,7 @@ static void load_bf16(HbmCounter *hbm, float *dst, const float *src, size_t n)
  * has seen no key yet (max still -inf) keeps Õ = 0 and l = 0. */
 static void tile_softmax_row(float *a, size_t n, float *mx, float *l, float *o, size_t m)
 {
+    /* exercise: begin — one row's step over a tile: the running max and sum move (the sum adds the unrounded 2^(a - max)), Õ is rescaled, and a becomes P~ rounded to bf16 (check 17: y.npy of the tc_mla_* cases, whose rows see more than one tile) | stub: (void)a, (void)n, (void)mx, (void)l, (void)o, (void)m; */
     float m_new = *mx;
     for (size_t j = 0; j < n; j++)
         m_new = fmaxf(m_new, a[j]);
@@ -167,6 +168,7 @@ static void tile_softmax_row(float *a, size_t n, float *mx, float *l, float *o, 
     *mx = m_new;
     for (size_t c = 0; c < m; c++) /* a loop, not cblas_sscal: a NaN must come through */
         o[c] *= alpha;
+    /* exercise: end */
 }
 
 /* The item (batch b, stacked rows r0 .. r0 + rows - 1, split `split` of `splits`): its chunk of the
