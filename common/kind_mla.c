@@ -1,4 +1,4 @@
-/* kind_mla.c — the MLA kind (stage 09): one step of a DeepSeek-V2-style layer on a latent cache.
+/* kind_mla.c — the MLA kind (stages 09 and 17): one step of a DeepSeek-V2-style layer on a latent cache.
  *
  * A folder holding ckv.npy is an MLA case: x.npy, ckv.npy, kpe.npy and the six w_*.npy weights
  * (attn.h MlaProblem, docs/conventions.md "MLA cases"), y.npy expected, case.json with causal,
@@ -445,18 +445,20 @@ static const KindOption bench_options[] = {
 };
 
 static const KindHelp help[] = {
-    {"check", "Stage 09 (MLA) runs the MLA cases instead (folders with ckv.npy, docs/conventions.md) and compares\n"
-              "y.npy with the forward tolerance; the other stages skip MLA cases.\n"},
-    {"run", "An MLA case (x.npy, ckv.npy, kpe.npy and the w_*.npy weights; stage 09 only) writes y.npy.\n"},
-    {"tour", "Stage 09 (MLA) rows run the golden MLA case mla_prefill_t24 instead ('mla' in the checked column;\n"
-             "GFLOP/s from the MLA step's FLOPs, see bench --help).\n"},
+    {"check", "Stages 09 and 17 (MLA, MLA in bf16) run the MLA cases instead (folders with ckv.npy,\n"
+              "docs/conventions.md) and compare y.npy with their precision's forward tolerance; the other\n"
+              "stages skip MLA cases.\n"},
+    {"run", "An MLA case (x.npy, ckv.npy, kpe.npy and the w_*.npy weights; stages 09 and 17 only) writes y.npy.\n"},
+    {"tour", "Stage 09 and 17 (MLA) rows run the golden MLA case mla_prefill_t24 instead ('mla' in the\n"
+             "checked column; GFLOP/s from the MLA step's FLOPs, see bench --help).\n"},
     {"bench",
-     "Stage 09 (MLA) rows time one MLA step on seeded inputs: x (B, Tq, D), the latent cache ckv (B, T, m)\n"
-     "and kpe (B, T, p), the weights (each N(0, 1/fan-in)); H heads, dh = dv = d, Tq = T unless --Tq;\n"
-     "m, p, D, mq from --latent, --rope-dim (even), --model-dim, --q-rank, default DeepSeek-V2's 512, 64,\n"
-     "5120, 1536. Their FLOPs are the absorbed form's, for both variants: 2 per multiply-add of the\n"
-     "query and output projections and the W_uk / W_uv folds, plus 2 H (2m + p) per query-key pair.\n"
-     "Stage 09 runs only when --stages names it: its problem is not an attention one.\n"},
+     "Stage 09 and 17 (MLA) rows time one MLA step on seeded inputs: x (B, Tq, D), the latent cache\n"
+     "ckv (B, T, m) and kpe (B, T, p), the weights (each N(0, 1/fan-in)); H heads, dh = dv = d, Tq = T\n"
+     "unless --Tq; m, p, D, mq from --latent, --rope-dim (even), --model-dim, --q-rank, default\n"
+     "DeepSeek-V2's 512, 64, 5120, 1536. Their FLOPs are the absorbed form's, for every variant: 2 per\n"
+     "multiply-add of the query and output projections and the W_uk / W_uv folds, plus 2 H (2m + p)\n"
+     "per query-key pair.\n"
+     "Stages 09 and 17 run only when --stages names them: their problem is not an attention one.\n"},
     {NULL, NULL},
 };
 
