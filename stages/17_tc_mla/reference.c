@@ -16,8 +16,8 @@
  * TCM_BLOCK_R stacked rows of one sequence and one split of the keys the block sees; it walks its
  * keys in tiles of TCM_BLOCK_C, and each row's running max moves tile by tile, because where P~ is
  * rounded depends on the max it is taken against. The scores are in base 2 (scale log2 e folded
- * in), as in stages 12 to 16. With more than one split each item writes its rows' O_s and lse_s,
- * and merge_splits() combines them by their lse (stage 11's combine) before o_lat is rounded.
+ * in), as in stages 12, 14, 15 and 16. With more than one split each item writes its rows' O_s and
+ * lse_s, and merge_splits() combines them by their lse (stage 11's combine) before o_lat is rounded.
  *
  * The HBM counters count what a kernel of this step moves: 2 bytes for every bf16 element, 4 for y
  * and the splits' float32 partials (docs/hbm_model.md, "Stage 17"). Making the bf16 copies of the
