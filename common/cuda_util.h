@@ -59,7 +59,6 @@ static inline __device__ void grid_wait_for_previous(void)
 #endif
 }
 
-#ifdef __cplusplus
 /* kernel<<<grid, block, smem>>>(args...) on the default stream, allowed to overlap the kernel before
  * it (above) on a GPU of compute capability 9.0 or more. */
 template <class... Params, class... Args>
@@ -84,7 +83,6 @@ static inline cudaError_t fl_launch_overlapping(void (*kernel)(Params...), dim3 
     config.numAttrs = major >= 9 ? 1 : 0;
     return cudaLaunchKernelEx(&config, kernel, (Params)args...);
 }
-#endif
 
 static inline __host__ __device__ int ceil_div(int a, int b)
 {
