@@ -32,8 +32,6 @@ typedef struct {
     uint64_t read, written, workspace; /* floats (workspace: bytes) */
 } Model;
 
-static uint64_t round16(uint64_t n) { return (n + 15) / 16 * 16; }
-
 /* c_q, q_nope, q_pe (RoPE in place) and the output projection: both variants. */
 static Model query_and_output(const MlaProblem *p)
 {
@@ -43,12 +41,6 @@ static Model query_and_output(const MlaProblem *p)
     e.read = N * D + D * mq + 2 * (N * mq) + mq * H * dh + mq * H * pe + N * H * pe + N * H * dv + H * dv * D;
     e.written = N * mq + N * H * dh + N * H * pe + N * H * pe + N * D;
     return e;
-}
-
-/* Keys the block of stacked rows r0 .. r0 + rows - 1 reads: all, or up to its last row's position. */
-static uint64_t block_keys(const MlaProblem *p, uint64_t r0, uint64_t rows)
-{
-    return p->causal ? (uint64_t)(p->Tk - p->Tq) + (r0 + rows - 1) / (uint64_t)p->H + 1 : (uint64_t)p->Tk;
 }
 
 /* The absorbed variant with blocks of Br stacked rows. */
@@ -61,7 +53,7 @@ static Model model_absorbed(const MlaProblem *p, uint64_t Br)
     e.written += N * H * m + N * H * dv;
     for (uint64_t r0 = 0; r0 < R; r0 += Br) { /* latent attention, per batch */
         const uint64_t rows = R - r0 < Br ? R - r0 : Br;
-        e.read += p->B * (rows + block_keys(p, r0, rows)) * (m + pe);
+        e.read += p->B * (rows + test_mla_block_keys(p, r0, rows)) * (m + pe);
         e.written += p->B * rows * m;
     }
     e.workspace = 4 * (round16(N * p->mq) + round16(N * H * dh) + round16(N * H * pe) + 2 * round16(N * H * m) +

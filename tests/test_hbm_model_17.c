@@ -30,14 +30,6 @@ typedef struct {
     uint64_t read, written, workspace; /* bytes */
 } Model;
 
-static uint64_t round16(uint64_t n) { return (n + 15) / 16 * 16; }
-
-/* Keys the block of stacked rows r0 .. r0 + rows - 1 walks: all, or up to its last row's position. */
-static uint64_t block_keys(const MlaProblem *p, uint64_t r0, uint64_t rows)
-{
-    return p->causal ? (uint64_t)(p->Tk - p->Tq) + (r0 + rows - 1) / (uint64_t)p->H + 1 : (uint64_t)p->Tk;
-}
-
 static Model model(const MlaProblem *p, uint64_t S)
 {
     const uint64_t N = (uint64_t)p->B * p->Tq, H = p->H, D = p->D, mq = p->mq, dh = p->dh, pe = p->p, m = p->m,
@@ -51,7 +43,7 @@ static Model model(const MlaProblem *p, uint64_t S)
      * the split's share of the block's keys (the shares add up to the block's keys) */
     for (uint64_t r0 = 0; r0 < R; r0 += BLOCK_ROWS) {
         const uint64_t rows = R - r0 < BLOCK_ROWS ? R - r0 : BLOCK_ROWS;
-        e.read += p->B * BF16 * (S * rows + block_keys(p, r0, rows)) * (m + pe);
+        e.read += p->B * BF16 * (S * rows + test_mla_block_keys(p, r0, rows)) * (m + pe);
     }
     if (S == 1) {
         e.written += BF16 * NH * m; /* o_lat */

@@ -32,6 +32,10 @@ int test_exit_code(const char *name);
 /* The smaller of two byte or element counts (the closed forms of the HBM-model tests). */
 static inline uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
+/* n rounded up to a multiple of 16: the floats of one workspace buffer of stages 09 and 17, whose
+ * buffers are 64-byte aligned slices (their workspace.h). */
+static inline uint64_t round16(uint64_t n) { return (n + 15) / 16 * 16; }
+
 /* ---- scratch folder ------------------------------------------------------------------------ */
 
 /* Creates $TMPDIR/flashlab_<tag>_XXXXXX (/tmp without TMPDIR) into dir; 0, or -1 after perror. */
@@ -224,6 +228,10 @@ typedef struct {
  * (nothing left allocated). */
 int test_mla_make(TestMla *x, const TestMlaShape *s, uint64_t seed);
 void test_mla_free(TestMla *x);
+
+/* Keys the block of stacked rows r0 .. r0 + rows - 1 of p walks (stages 09 and 17: rope.h): all Tk,
+ * or under the causal mask the keys up to its last row's position. */
+uint64_t test_mla_block_keys(const MlaProblem *p, uint64_t r0, uint64_t rows);
 
 /* y (B, Tq, D) of p in double, straight from the definition of docs/conventions.md ("MLA cases"):
  * per head the up-projected query, keys and values, softmax over the keys each row keeps, then

@@ -206,3 +206,8 @@ int ref_mla_full(const MlaProblem *p, double *y, double *y_mag, double *score_ma
         *score_magnitude = w.largest;
     return 0;
 }
+
+uint64_t test_mla_block_keys(const MlaProblem *p, uint64_t r0, uint64_t rows)
+{
+    return p->causal ? (uint64_t)(p->Tk - p->Tq) + (r0 + rows - 1) / (uint64_t)p->H + 1 : (uint64_t)p->Tk;
+}
