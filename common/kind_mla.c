@@ -449,10 +449,10 @@ static const KindHelp help[] = {
               "docs/conventions.md) and compare y.npy with their precision's forward tolerance; the other\n"
               "stages skip MLA cases.\n"},
     {"run", "An MLA case (x.npy, ckv.npy, kpe.npy and the w_*.npy weights; stages 09 and 17 only) writes y.npy.\n"},
-    {"tour", "Stage 09 and 17 (MLA) rows run the golden MLA case mla_prefill_t24 instead ('mla' in the\n"
+    {"tour", "MLA rows (stages 09 and 17) run the golden MLA case mla_prefill_t24 instead ('mla' in the\n"
              "checked column; GFLOP/s from the MLA step's FLOPs, see bench --help).\n"},
     {"bench",
-     "Stage 09 and 17 (MLA) rows time one MLA step on seeded inputs: x (B, Tq, D), the latent cache\n"
+     "MLA rows (stages 09 and 17) time one MLA step on seeded inputs: x (B, Tq, D), the latent cache\n"
      "ckv (B, T, m) and kpe (B, T, p), the weights (each N(0, 1/fan-in)); H heads, dh = dv = d, Tq = T\n"
      "unless --Tq; m, p, D, mq from --latent, --rope-dim (even), --model-dim, --q-rank, default\n"
      "DeepSeek-V2's 512, 64, 5120, 1536. Their FLOPs are the absorbed form's, for every variant: 2 per\n"
