@@ -1,6 +1,6 @@
-/* stages/17_tc_mla/tiles.h — how stage 17 cuts the latent attention into work and tiles, shared by
- * its CPU reference and the HBM model, so that the reference rounds P~ to bf16 against exactly the
- * running maxima a kernel walking the same tiles has.
+/* stages/17_tc_mla/tiles.h — how stage 17 cuts the latent attention into work and tiles: for its CPU
+ * reference now and its kernel to come, so that the reference rounds P~ to bf16 against exactly the
+ * running maxima a kernel walking the same tiles has (docs/hbm_model.md counts with the same sizes).
  *
  * A work item is stage 11's: one split of the keys one block of TCM_BLOCK_R stacked rows sees (the
  * rows are the H heads of each new token, stacked as in stage 09: rope.h). A split walks its keys in
