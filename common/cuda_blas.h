@@ -1,5 +1,6 @@
 /* cuda_blas.h — cuBLAS for the naive CUDA stages: one handle, status checks, and a row-major
- * strided-batched SGEMM so the stages can write their products the way the math reads.
+ * strided-batched SGEMM (and its bf16 form, for stage 17's projections) so the stages can write
+ * their products the way the math reads.
  *
  * Plain fp32: the handle uses cuBLAS's default math mode (no TF32). Header-only: each stage file
  * that includes it creates its own handle on first use (never inside a timed run: the runner
@@ -32,10 +33,10 @@ static inline int fl_cublas_handle(cublasHandle_t *out, FlError *err)
     return FL_OK;
 }
 
-/* One operand of a row-major batched product: base pointer, row stride (ld), batch stride, and
- * whether it enters transposed. */
+/* One operand of a row-major batched product: base pointer (float32 for fl_gemm_rm, bf16 for
+ * fl_gemm_rm_bf16), row stride (ld), batch stride, and whether it enters transposed. */
 typedef struct {
-    const float *ptr;
+    const void *ptr;
     int ld;
     long long stride;
     int trans;
@@ -51,8 +52,22 @@ static inline int fl_gemm_rm(cublasHandle_t handle, int M, int N, int K, float a
 {
     return fl_cublas_status(
         cublasSgemmStridedBatched(handle, B.trans ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                  A.trans ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B.ptr, B.ld,
-                                  B.stride, A.ptr, A.ld, A.stride, &beta, C, ldc, strideC, batch),
+                                  A.trans ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, (const float *)B.ptr, B.ld,
+                                  B.stride, (const float *)A.ptr, A.ld, A.stride, &beta, C, ldc, strideC, batch),
+        what, err);
+}
+
+/* C = op(A) op(B) as above with bf16 operands and float32 sums (stage 17): C is bf16, rounded to
+ * nearest from the float32 sum, or float32 when c_f32 is set. */
+static inline int fl_gemm_rm_bf16(cublasHandle_t handle, int M, int N, int K, RmOperand A, RmOperand B, void *C,
+                                  int c_f32, int ldc, long long strideC, int batch, const char *what, FlError *err)
+{
+    const float alpha = 1.0f, beta = 0.0f;
+    return fl_cublas_status(
+        cublasGemmStridedBatchedEx(handle, B.trans ? CUBLAS_OP_T : CUBLAS_OP_N, A.trans ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   N, M, K, &alpha, B.ptr, CUDA_R_16BF, B.ld, B.stride, A.ptr, CUDA_R_16BF, A.ld,
+                                   A.stride, &beta, C, c_f32 ? CUDA_R_32F : CUDA_R_16BF, ldc, strideC, batch,
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
         what, err);
 }
 

@@ -553,7 +553,7 @@ extern "C" int cuda_runner_time(const StageImpl *impl, Direction dir, const Attn
 /* ---- a step of another kind (runner.h RunnerStep): inputs up, one output back ------------------- */
 
 typedef struct {
-    const float *in[RUNNER_STEP_MAX_INPUTS]; /* device copies of the step's inputs */
+    StepInputs in; /* device copies of the step's inputs (and their bf16 copies for a bf16 stage) */
     float *out;
     unsigned long long *counter;
     void *workspace;
@@ -562,11 +562,26 @@ typedef struct {
 static void step_run_free(StepDeviceRun *r)
 {
     for (int i = 0; i < RUNNER_STEP_MAX_INPUTS; i++)
-        cudaFree((void *)r->in[i]);
+        cudaFree((void *)r->in.f32[i]), cudaFree((void *)r->in.bf16[i]);
     cudaFree(r->out);
     cudaFree(r->counter);
     cudaFree(r->workspace);
     memset(r, 0, sizeof *r);
+}
+
+/* The bf16 copy of device input i (n elements) for a bf16 stage (runner.h StepInputs). */
+static int step_input_bf16(StepDeviceRun *r, int i, size_t n, const char *name, FlError *err)
+{
+    char what[96];
+    snprintf(what, sizeof what, "converting %s to bf16", name);
+    void *y = NULL;
+    int rc = fl_cuda_alloc_bytes(&y, n * sizeof(uint16_t), what, err);
+    r->in.bf16[i] = (const uint16_t *)y;
+    if (rc != FL_OK || n == 0)
+        return rc;
+    const size_t blocks = (n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096;
+    convert_kernel<<<(unsigned)blocks, 256>>>(r->in.f32[i], (uint16_t *)y, n);
+    return fl_cuda_launch_status(what, err);
 }
 
 /* Inputs up, the output poisoned, the counter and the workspace allocated. */
@@ -579,8 +594,12 @@ static int step_run_setup(const StageImpl *impl, const RunnerStep *s, StepDevice
         char what[96];
         snprintf(what, sizeof what, "copying %s to the device", s->in_name[i]);
         rc = fl_cuda_upload_floats(&dev, s->in[i], s->in_numel[i], what, err);
-        r->in[i] = dev;
+        r->in.f32[i] = dev;
+        if (rc == FL_OK && impl->precision == PRECISION_BF16)
+            rc = step_input_bf16(r, i, s->in_numel[i], s->in_name[i], err);
     }
+    if (rc == FL_OK && impl->precision == PRECISION_BF16)
+        rc = fl_cuda_status(cudaDeviceSynchronize(), "converting the step's inputs to bf16", err);
     if (rc == FL_OK)
         rc = alloc_poisoned(&r->out, s->out_numel, "allocating the output", err);
     if (rc == FL_OK)
@@ -605,7 +624,7 @@ extern "C" int cuda_runner_run_step(const StageImpl *impl, const RunnerStep *s, 
     if (rc == FL_OK)
         rc = counter_zero(r.counter, err);
     if (rc == FL_OK)
-        rc = s->fn(r.in, r.out, &ctx, s->arg, err);
+        rc = s->fn(&r.in, r.out, &ctx, s->arg, err);
     if (rc == FL_OK)
         rc = fl_cuda_status(cudaDeviceSynchronize(), "the step", err);
     if (rc == FL_OK)
@@ -629,7 +648,7 @@ extern "C" int cuda_runner_time_step(const StageImpl *impl, const RunnerStep *s,
     int rc = step_run_setup(impl, s, &r, err);
     ctx.workspace = r.workspace;
     if (rc == FL_OK)
-        rc = time_with_events(warmup, reps, samples, [&]() { return s->fn(r.in, r.out, &ctx, s->arg, err); }, err);
+        rc = time_with_events(warmup, reps, samples, [&]() { return s->fn(&r.in, r.out, &ctx, s->arg, err); }, err);
     if (rc == FL_OK)
         *median = median_ms(samples, reps);
     step_run_free(&r);

@@ -206,6 +206,16 @@ template <int N> __device__ __forceinline__ void wgmma_wait()
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
+// Ties the accumulator registers d to this point of the program. A wgmma's results are the outputs of
+// its asm statement, so the compiler takes them as ready at once and may move a read of them above
+// the wgmma_wait that makes them so; call this right after the wait, and it cannot.
+template <int N> __device__ __forceinline__ void wgmma_fence_operand(float (&d)[N])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+
 // The accumulator operands of a wgmma: each thread's N / 2 floats d[0..], as "+f" constraints, and
 // their places in the instruction's text. (Inline PTX names every register; these macros only
 // spell the lists out once.)
@@ -213,6 +223,17 @@ template <int N> __device__ __forceinline__ void wgmma_wait()
                  "+f"(d[i + 6]), "+f"(d[i + 7])
 #define FL_D32 FL_D8(0), FL_D8(8), FL_D8(16), FL_D8(24)
 #define FL_D64 FL_D32, FL_D8(32), FL_D8(40), FL_D8(48), FL_D8(56)
+#define FL_D16 FL_D8(0), FL_D8(8)
+#define FL_D128 FL_D64, FL_D8(64), FL_D8(72), FL_D8(80), FL_D8(88), FL_D8(96), FL_D8(104), FL_D8(112), FL_D8(120)
+#define FL_R16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define FL_R128 "{" "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+                 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+                 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+                 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+                 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" "}"
 #define FL_R32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "  \
                "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define FL_R64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "  \
@@ -244,6 +265,26 @@ __device__ __forceinline__ void wgmma_m64n128k16_bf16(float d[64], uint64_t a, u
     asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %66, 0;\n\t"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FL_R64 ", %64, %65, p, 1, 1, %67, %68;\n\t}"
                  : FL_D64
+                 : "l"(a), "l"(b), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B));
+}
+
+// N = 32 and N = 256, both operands in shared memory (stage 17: a warpgroup's half of a 64-key score
+// tile, and P V over 256 value columns); the accumulator layout is the one above, with N / 8 column
+// blocks.
+template <int TRANS_A = 0, int TRANS_B = 0>
+__device__ __forceinline__ void wgmma_m64n32k16_bf16(float d[16], uint64_t a, uint64_t b, int accumulate)
+{
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %18, 0;\n\t"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FL_R16 ", %16, %17, p, 1, 1, %19, %20;\n\t}"
+                 : FL_D16
+                 : "l"(a), "l"(b), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B));
+}
+template <int TRANS_A = 0, int TRANS_B = 0>
+__device__ __forceinline__ void wgmma_m64n256k16_bf16(float d[128], uint64_t a, uint64_t b, int accumulate)
+{
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %130, 0;\n\t"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " FL_R128 ", %128, %129, p, 1, 1, %131, %132;\n\t}"
+                 : FL_D128
                  : "l"(a), "l"(b), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B));
 }
 

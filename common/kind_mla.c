@@ -279,12 +279,12 @@ typedef struct {
     const MlaProblem *p;
 } MlaStep;
 
-static int mla_step(const float *const *in, float *out, RunCtx *ctx, const void *arg, FlError *err)
+static int mla_step(const StepInputs *in, float *out, RunCtx *ctx, const void *arg, FlError *err)
 {
     const MlaStep *step = arg;
     MlaProblem p = *step->p;
     for (int id = 0; id < MLA_INPUT_COUNT; id++)
-        p.in[id] = in[id];
+        p.in[id] = in->f32[id], p.in_bf16[id] = in->bf16[id];
     return entry_of(step->impl)->forward(&p, out, ctx, err);
 }
 

@@ -27,7 +27,9 @@ typedef struct {
     int B, Tq, Tk, D, mq, H, dh, m, p, dv;
     int causal;
     float rope_theta, scale;
-    const float *in[MLA_INPUT_COUNT]; /* indexed by MlaInput */
+    const float *in[MLA_INPUT_COUNT];        /* indexed by MlaInput */
+    const uint16_t *in_bf16[MLA_INPUT_COUNT]; /* their bf16 copies for a bf16 CUDA stage (stage 17),
+                                                 made by the runner (runner.h StepInputs); else NULL */
 } MlaProblem;
 
 /* File name ("ckv.npy") and shape of an input, or of the output y (id == MLA_INPUT_COUNT). */

@@ -438,6 +438,16 @@ int runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, cons
 
 /* ---- a step of another kind ------------------------------------------------------------------ */
 
+/* The host arrays as a CPU step receives them: float32 only (runner.h). */
+static StepInputs host_step_inputs(const RunnerStep *s)
+{
+    StepInputs in;
+    memset(&in, 0, sizeof in);
+    for (int i = 0; i < s->n_in; i++)
+        in.f32[i] = s->in[i];
+    return in;
+}
+
 int runner_run_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, RunStats *stats,
                     FlError *err)
 {
@@ -451,21 +461,23 @@ int runner_run_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *op
     stats->extra_bytes_fwd = s->workspace_bytes;
     int rc = workspace_alloc(impl, s->workspace_bytes, &ctx.workspace, err);
     ctx.hbm = &stats->fwd;
+    const StepInputs in = host_step_inputs(s);
     if (rc == FL_OK)
-        rc = s->fn(s->in, s->out, &ctx, s->arg, err);
+        rc = s->fn(&in, s->out, &ctx, s->arg, err);
     free(ctx.workspace);
     return rc;
 }
 
 typedef struct {
     const RunnerStep *s;
+    StepInputs in;
     RunCtx *ctx;
 } StepCall;
 
 static int step_call(void *arg, FlError *err)
 {
     StepCall *a = arg;
-    return a->s->fn(a->s->in, a->s->out, a->ctx, a->s->arg, err);
+    return a->s->fn(&a->in, a->s->out, a->ctx, a->s->arg, err);
 }
 
 int runner_time_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, int warmup, int reps,
@@ -478,7 +490,7 @@ int runner_time_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *o
         return cuda_runner_time_step(impl, s, opts, warmup, reps, median, err);
     RunCtx ctx = ctx_with_defaults(opts);
     int rc = workspace_alloc(impl, s->workspace_bytes, &ctx.workspace, err);
-    StepCall call = {s, &ctx};
+    StepCall call = {s, host_step_inputs(s), &ctx};
     if (rc == FL_OK)
         rc = time_calls(step_call, &call, warmup, reps, median, err);
     free(ctx.workspace);

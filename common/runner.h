@@ -93,7 +93,15 @@ int runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, cons
  * on the GPU after copying the inputs up (the output poisoned there), with a device counter, then
  * copies the output back. Nothing here knows what the arrays mean. */
 enum { RUNNER_STEP_MAX_INPUTS = 16 };
-typedef int (*RunnerStepFn)(const float *const *in, float *out, RunCtx *ctx, const void *arg, FlError *err);
+/* The inputs as fn receives them: float32 always; for a PRECISION_BF16 stage on CUDA also bf16 copies
+ * (bf16_from_float, made on the device once before the first step, not counted, not timed), as
+ * runner_run does for a bf16 attention stage. On the CPU bf16[] is NULL: a CPU bf16 stage rounds
+ * its own copies. */
+typedef struct {
+    const float *f32[RUNNER_STEP_MAX_INPUTS];
+    const uint16_t *bf16[RUNNER_STEP_MAX_INPUTS];
+} StepInputs;
+typedef int (*RunnerStepFn)(const StepInputs *in, float *out, RunCtx *ctx, const void *arg, FlError *err);
 typedef struct {
     int n_in;
     const float *in[RUNNER_STEP_MAX_INPUTS]; /* host */

@@ -1,11 +1,14 @@
-/* test_hbm_model_17.c — stage 17 (MLA in bf16, CPU reference): its HBM counters and workspace equal
- * the closed form of docs/hbm_model.md ("Stage 17"), on four shapes (a decode step with the
+/* test_hbm_model_17.c — stage 17 (MLA in bf16, CPU reference and CUDA kernel): its HBM counters and
+ * workspace equal the closed form of docs/hbm_model.md ("Stage 17"), on four shapes (a decode step with the
  * latent walked in several tiles, four new tokens over 8 heads, odd sizes without the mask, a
  * latent wider than 128) and with 1, 2 and 5 splits (forced with --splits; 5 leaves some rows of
  * a causal block without a key in a split). The golden cases check y itself.
  *
- * Usage: test_hbm_model_17 cpu. The closed form is written out here again from the doc,
- * independently of the stage code: bf16 elements are 2 bytes, y and the splits' partials 4. */
+ * Usage: test_hbm_model_17 cpu|cuda (cuda: 77 without a device or without the sm_90a kernel). The
+ * closed form is written out here again from the doc, independently of the stage code: bf16
+ * elements are 2 bytes, y and the splits' partials 4. The CUDA step differs in two terms: cuBLAS
+ * leaves c_q W_qr in float32 and a kernel of its own turns it (RoPE) and rounds it, and its scratch
+ * is bf16 slices (256-byte aligned) without copies of the inputs, which the runner makes. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +33,9 @@ typedef struct {
     uint64_t read, written, workspace; /* bytes */
 } Model;
 
-static Model model(const MlaProblem *p, uint64_t S)
+static uint64_t round256(uint64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+static Model model(const MlaProblem *p, uint64_t S, int cuda)
 {
     const uint64_t N = (uint64_t)p->B * p->Tq, H = p->H, D = p->D, mq = p->mq, dh = p->dh, pe = p->p, m = p->m,
                    dv = p->dv, R = (uint64_t)p->Tq * H, NH = N * H;
@@ -50,6 +55,15 @@ static Model model(const MlaProblem *p, uint64_t S)
     } else {
         e.written += F32 * S * NH * (m + 1) + BF16 * NH * m; /* the partials, then o_lat */
         e.read += F32 * S * NH * (m + 1);                    /* the merge */
+    }
+    if (cuda) { /* c_q W_qr written in float32, then read back by the RoPE kernel, which writes q_pe */
+        e.read += F32 * NH * pe;
+        e.written += F32 * NH * pe;
+        e.workspace = round256(BF16 * N * mq) + round256(BF16 * NH * dh) + round256(BF16 * NH * pe) +
+                      2 * round256(BF16 * NH * m) + round256(BF16 * NH * dv) + round256(F32 * NH * pe);
+        if (S > 1)
+            e.workspace += round256(F32 * S * NH * m) + round256(F32 * S * NH);
+        return e;
     }
     uint64_t ws = 0;
     for (int id = 0; id < MLA_INPUT_COUNT; id++)
@@ -79,7 +93,7 @@ static int check(const StageImpl *impl, int shape, int splits, int *checks)
         fprintf(stderr, "stage 17, shape %d, %d splits: %s\n", shape, splits, y ? err.msg : "out of memory");
         failed = 1;
     } else {
-        const Model want = model(&x.p, (uint64_t)splits);
+        const Model want = model(&x.p, (uint64_t)splits, impl->device == DEVICE_CUDA);
         const Model got = {stats.fwd.bytes_read, stats.fwd.bytes_written, stats.extra_bytes_fwd};
         failed = got.read != want.read || got.written != want.written || got.workspace != want.workspace;
         printf("shape %d, %d splits: read %llu (model %llu) written %llu (model %llu) workspace %llu (model %llu)%s\n",
@@ -95,14 +109,23 @@ static int check(const StageImpl *impl, int shape, int splits, int *checks)
 
 int main(int argc, char **argv)
 {
-    if (argc != 2 || strcmp(argv[1], "cpu") != 0) {
-        fprintf(stderr, "usage: test_hbm_model_17 cpu (stage 17 has no CUDA side yet)\n");
+    const int cuda = argc == 2 && !strcmp(argv[1], "cuda");
+    if (argc != 2 || (!cuda && strcmp(argv[1], "cpu") != 0)) {
+        fprintf(stderr, "usage: test_hbm_model_17 cpu|cuda\n");
         return 2;
     }
-    const StageImpl *impl = stage_find("17", DEVICE_CPU, "");
+    const StageImpl *impl = stage_find("17", cuda ? DEVICE_CUDA : DEVICE_CPU, "");
+    if (!impl && cuda) {
+        printf("stage 17's kernel is not in this build (it needs sm_90a): skipped\n");
+        return 77;
+    }
     if (!impl) {
         fprintf(stderr, "stage 17 (cpu) is not in this build\n");
         return 1;
+    }
+    if (cuda && !cuda_device_available()) {
+        printf("no CUDA device: skipped (cuda: %s)\n", cuda_device_description());
+        return 77;
     }
     int failed = 0, checks = 0;
     for (int s = 0; s < SHAPE_COUNT; s++)

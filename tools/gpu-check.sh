@@ -41,7 +41,8 @@
 #   SKIP_WINDOW=1         no sliding-window bench (stage 10: T scaling at W = 256, W >= T vs 08)
 #   SKIP_MLA=1            no MLA bench (stage 09: DeepSeek-V2 shape, decode B = 64 Tk = 4096 and
 #                         prefill T = 4096, both variants; plain MHA decode through stage 08; the
-#                         latent kernel's own time and DRAM bytes from Nsight Compute)
+#                         latent kernel's own time and DRAM bytes from Nsight Compute; stage 17 in
+#                         bf16 on the decode step, with its kernel's time and the bf16 matmul rate)
 #   DECODE_ARGS="--B 8 --H 32 --Hkv 8 --Tq 1 --T 16384 --d 128"   the decode problem
 #   SKIP_PAGED=1          no paged decode bench (stage 11, and stage 16 in bf16 where built, on a
 #                         paged cache, page size 16, against stage 08 on the contiguous problem and
@@ -141,9 +142,9 @@ fi
 
 # ---- benchmark: ours, then PyTorch SDPA on the same shapes -----------------------------------------
 bench_stages=${BENCH_STAGES:-$(echo "$cuda_stages" | paste -sd, -)}
-# stage 09 (MLA) has its own inputs and shapes, stages 12 and 14 compute in bf16: each has its section
+# stages 09 and 17 (MLA) have their own inputs and shapes, stages 12 and 14 compute in bf16: each has its section
 # below, not this float32 attention sweep
-attention_stages=$(echo "$bench_stages" | tr , '\n' | grep -vx -e 09 -e 12 -e 14 | paste -sd, -)
+attention_stages=$(echo "$bench_stages" | tr , '\n' | grep -vx -e 09 -e 12 -e 14 -e 17 | paste -sd, -)
 if [ "${SKIP_BENCH:-0}" != 1 ] && [ -n "$attention_stages" ]; then
   step "flashlab bench --device cuda --stages $attention_stages --d 64,128 --reps $REPS $BENCH_ARGS (fwd, then fwd+bwd)"
   # shellcheck disable=SC2086
@@ -347,6 +348,20 @@ if [ "${SKIP_MLA:-0}" != 1 ] && in_list 09 "$bench_stages"; then
       "$FLASHLAB" bench --device cuda --stages 09 --variant "" $MLA_DECODE --causal --reps 3 \
       >"$OUT/mla_ncu.csv" 2>"$OUT/mla_ncu.err"
     record "ncu latent kernel" $?
+  fi
+  if echo "$cuda_stages" | grep -qx 17; then # stage 17 (bf16, wgmma) on the same step, where built
+    # shellcheck disable=SC2086
+    "$FLASHLAB" bench --device cuda --stages 17 $MLA_DECODE --causal --reps "$REPS" --json >"$OUT/mla17_decode.json"
+    record "MLA bf16 decode bench" $?
+    python3 tools/sdpa_bench.py --matmul-rate --json "$OUT/matmul.json"
+    if command -v ncu >/dev/null 2>&1; then
+      # shellcheck disable=SC2086
+      ncu --clock-control none --kernel-name regex:latent_attention --launch-skip 2 --launch-count 3 \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
+        "$FLASHLAB" bench --device cuda --stages 17 $MLA_DECODE --causal --reps 3 \
+        >"$OUT/mla17_ncu.csv" 2>"$OUT/mla17_ncu.err"
+      record "ncu stage 17 latent kernel" $?
+    fi
   fi
   python3 tools/mla_report.py "$OUT" | tee "$OUT/mla.txt"
   record "MLA report" $?

@@ -6,10 +6,15 @@
   mla_mha.json      stage 08 on the same heads with a full K/V cache (plain MHA, Hkv = H)
   copy_bandwidth.json  device-to-device copy GB/s (tools/sdpa_bench.py --copy-bandwidth)
   mla_ncu.csv       Nsight Compute: duration and DRAM bytes of the latent attention kernel
+  mla17_decode.json, mla17_ncu.csv   the same decode step and kernel for stage 17 (bf16, wgmma),
+                    where the build has it
+  matmul.json       bf16 matmul TFLOP/s (tools/sdpa_bench.py --matmul-rate)
 
 Prints cache bytes per token (closed form), HBM bytes per decoded token as the stages counted them
 (read + written over B * Tq tokens), times, and the latent kernel's effective bandwidth as a
-fraction of the copy bandwidth. Python 3 standard library only."""
+fraction of the copy bandwidth; for stage 17 also its speed-up over stage 09 and its latent
+kernel's TFLOP/s as a fraction of the matmul rate (issue 27's acceptance). Python 3 standard library
+only."""
 
 import csv
 import json
@@ -28,10 +33,10 @@ def load(out, name):
         return None
 
 
-def ncu_kernel(out):
+def ncu_kernel(out, name="mla_ncu.csv"):
     """Mean duration (s) and DRAM bytes read of the profiled latent-attention launches, or None."""
     try:
-        with open(os.path.join(out, "mla_ncu.csv")) as f:
+        with open(os.path.join(out, name)) as f:
             lines = [line for line in f if line.startswith('"')]
     except OSError:
         return None
@@ -88,6 +93,8 @@ def main(out):
         print("  cache bytes / time = %.0f GB/s = %.2f of copy (%.0f GB/s); DRAM bytes / time = %.0f GB/s = %.2f"
               % (cache / seconds / 1e9, cache / seconds / 1e9 / copy, copy, dram / seconds / 1e9,
                  dram / seconds / 1e9 / copy))
+    if "" in rows:
+        stage17(out, rows[""], copy)
     if prefill:
         pr = {r["variant"]: r for r in prefill if not r.get("error")}
         for r in prefill:
@@ -99,6 +106,35 @@ def main(out):
                   % (a["B"], a["Tk"], a["time_ms"], n["time_ms"], "absorbed" if a["time_ms"] < n["time_ms"]
                      else "naive", max(a["time_ms"], n["time_ms"]) / min(a["time_ms"], n["time_ms"])))
     return 0
+
+
+def stage17(out, r09, copy):
+    """Stage 17's line: the step against stage 09's absorbed one, and its latent kernel's rate."""
+    rows = [r for r in load(out, "mla17_decode.json") or [] if not r.get("error")]
+    if not rows:
+        return
+    r = rows[0]
+    m, p = r["mla"]["m"], r["mla"]["p"]
+    print("  stage 17 (bf16) %10.3f ms   HBM bytes per decoded token %.3g: %.1fx faster than stage 09 absorbed"
+          % (r["time_ms"], per_token(r), r09["time_ms"] / r["time_ms"]))
+    kernel = ncu_kernel(out, "mla17_ncu.csv")
+    if not kernel:
+        return
+    seconds, dram, launches = kernel
+    pairs = r["B"] * r["Tq"] * r["Tk"] if not r["causal"] or r["Tq"] == 1 else None
+    matmul = (load(out, "matmul.json") or {}).get("tflops")
+    line = "stage 17 latent attention kernel (Nsight Compute, mean of %d launches): %.3f ms" % (launches,
+                                                                                              seconds * 1e3)
+    if pairs:
+        tflops = 2.0 * pairs * r["Hq"] * (2 * m + p) / seconds / 1e12
+        line += ", %.0f TFLOP/s" % tflops
+        if matmul:
+            line += " = %.2f of the bf16 matmul rate (%.0f TFLOP/s)" % (tflops / matmul, matmul)
+    print(line)
+    if copy:
+        cache = r["B"] * r["Tk"] * (m + p) * 2
+        print("  cache bytes / time = %.2f of copy (%.0f GB/s); DRAM bytes / time = %.2f"
+              % (cache / seconds / 1e9 / copy, copy, dram / seconds / 1e9 / copy))
 
 
 if __name__ == "__main__":

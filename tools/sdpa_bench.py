@@ -24,6 +24,7 @@ PyTorch is needed only here, on the GPU machine; nothing in the C build uses thi
   python3 tools/sdpa_bench.py --dtype bf16 --causal --json tc_sdpa_causal_fwd.json   # beside stage 12
   python3 tools/sdpa_bench.py --compare bench.json sdpa.json   # summary table: ours vs SDPA
   python3 tools/sdpa_bench.py --copy-bandwidth             # device-to-device copy GB/s (the roofline)
+  python3 tools/sdpa_bench.py --matmul-rate                # bf16 8192^3 torch.matmul TFLOP/s
   python3 tools/sdpa_bench.py --decode --B 1,8 --H 32 --Hkv 8 --T 4096,32768 --d 128 --json dec.json
       # one decoding step (Tq = 1, causal is the same thing there) with enable_gqa=True on contiguous
       # K/V, default backend choice: the reference beside stage 11
@@ -205,6 +206,26 @@ def copy_bandwidth(reps=20, gib=2):
     return {"device": torch.cuda.get_device_name(0), "bytes": 2 * n * 4, "time_ms": ms, "gb_per_s": gbps}
 
 
+def matmul_rate(reps=20, n=8192):
+    """Median bf16 matmul rate in TFLOP/s of an n x n x n product (torch.matmul, float32 sums): the
+    tensor cores' practical ceiling, beside which stage 17 reports its latent attention."""
+    torch = import_torch()
+
+    a = torch.empty(n, n, device="cuda", dtype=torch.bfloat16).normal_()
+    b = torch.empty_like(a).normal_()
+    samples = []
+    for i in range(3 + reps):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.matmul(a, b)
+        stop.record()
+        stop.synchronize()
+        if i >= 3:
+            samples.append(start.elapsed_time(stop))
+    ms = statistics.median(samples)
+    return {"device": torch.cuda.get_device_name(0), "n": n, "time_ms": ms, "tflops": 2.0 * n ** 3 / (ms * 1e9)}
+
+
 def run_decode(args):
     """One decoding step per (B, T): q (B, H, Tq, d), k and v (B, Hkv, T, d), float32 with TF32 off
     (or bf16 with --dtype bf16, beside stage 16), SDPA with enable_gqa=True and PyTorch's own backend
@@ -337,6 +358,8 @@ def main():
                     help="time one decoding step with enable_gqa=True (uses --B list, --H, --Hkv, --Tq, --T, --d)")
     ap.add_argument("--Hkv", type=int, default=8, help="--decode: kv heads")
     ap.add_argument("--Tq", type=int, default=1, help="--decode: new tokens per sequence")
+    ap.add_argument("--matmul-rate", action="store_true",
+                    help="only measure the bf16 matmul rate (8192^3, TFLOP/s) and exit")
     ap.add_argument("--copy-bandwidth", action="store_true",
                     help="only measure the device-to-device copy bandwidth (GB/s, read + written)")
     ap.add_argument("--warmup", type=int, default=3)
@@ -355,6 +378,14 @@ def main():
         row = copy_bandwidth(args.reps)
         print("copy %s: %.1f GB/s (read + written, %.3f ms for %d bytes)" % (row["device"], row["gb_per_s"],
                                                                          row["time_ms"], row["bytes"]))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(row, f, indent=1)
+        return 0
+    if args.matmul_rate:
+        row = matmul_rate(args.reps)
+        print("matmul %s: %.1f TFLOP/s (bf16, %d^3 in %.3f ms)" % (row["device"], row["tflops"], row["n"],
+                                                                 row["time_ms"]))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(row, f, indent=1)
