@@ -242,7 +242,7 @@ template <int N> __device__ __forceinline__ void wgmma_fence_operand(float (&d)[
                "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
 // D (64 x N, float32) = A B^T (+ D when accumulate), A (64 x 16) and B (N x 16) bf16, both in
-// shared memory (descriptors a, b); N = 64 or 128. By default both are K-major (K contiguous);
+// shared memory (descriptors a, b); N = 32, 64, 128 or 256. By default both are K-major (K contiguous);
 // TRANS_A / TRANS_B = 1 reads that operand MN-major instead (its M or N contiguous, as a tile
 // stored transposed is: the backward's dS^T and K in dQ = dS K). The warpgroup's 128 threads each
 // hold N / 2 floats of D: thread t of warp w, with g = (t % 32) / 4 and q = t % 4, holds for
@@ -251,42 +251,25 @@ template <int N> __device__ __forceinline__ void wgmma_fence_operand(float (&d)[
 //   d[4j + 2], d[4j + 3]   row 16 w + g + 8, the same columns
 // (the mma.sync m16n8 C fragment of mma.cuh, repeated over N / 8 column blocks and 4 warps). A wider
 // N reads A from shared memory fewer times per multiply-add.
-template <int TRANS_A = 0, int TRANS_B = 0>
-__device__ __forceinline__ void wgmma_m64n64k16_bf16(float d[32], uint64_t a, uint64_t b, int accumulate)
-{
-    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %34, 0;\n\t"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FL_R32 ", %32, %33, p, 1, 1, %35, %36;\n\t}"
-                 : FL_D32
-                 : "l"(a), "l"(b), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B));
-}
-template <int TRANS_A = 0, int TRANS_B = 0>
-__device__ __forceinline__ void wgmma_m64n128k16_bf16(float d[64], uint64_t a, uint64_t b, int accumulate)
-{
-    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %66, 0;\n\t"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FL_R64 ", %64, %65, p, 1, 1, %67, %68;\n\t}"
-                 : FL_D64
-                 : "l"(a), "l"(b), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B));
-}
-
-// N = 32 and N = 256, both operands in shared memory (stage 17: a warpgroup's half of a 64-key score
-// tile, and P V over 256 value columns); the accumulator layout is the one above, with N / 8 column
-// blocks.
-template <int TRANS_A = 0, int TRANS_B = 0>
-__device__ __forceinline__ void wgmma_m64n32k16_bf16(float d[16], uint64_t a, uint64_t b, int accumulate)
-{
-    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %18, 0;\n\t"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FL_R16 ", %16, %17, p, 1, 1, %19, %20;\n\t}"
-                 : FL_D16
-                 : "l"(a), "l"(b), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B));
-}
-template <int TRANS_A = 0, int TRANS_B = 0>
-__device__ __forceinline__ void wgmma_m64n256k16_bf16(float d[128], uint64_t a, uint64_t b, int accumulate)
-{
-    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %130, 0;\n\t"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " FL_R128 ", %128, %129, p, 1, 1, %131, %132;\n\t}"
-                 : FL_D128
-                 : "l"(a), "l"(b), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B));
-}
+//
+// Every width is the same instruction with its own operand list, so one macro writes them:
+// FL_WGMMA_SS(N, N / 2, accumulator operands, their names in the text, then the names of the operands
+// after them: a, b, accumulate, TRANS_A, TRANS_B). Stage 14 uses N = 64 and 128; stage 17 N = 32 (a
+// warpgroup's half of a 64-key score tile) and 256 (P V over 256 value columns).
+#define FL_WGMMA_SS(N, NREG, DLIST, RLIST, A, B, ACC, TA, TB)                                                 \
+    template <int TRANS_A = 0, int TRANS_B = 0>                                                                \
+    __device__ __forceinline__ void wgmma_m64n##N##k16_bf16(float d[NREG], uint64_t a, uint64_t b, int accumulate) \
+    {                                                                                                          \
+        asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, " ACC ", 0;\n\t"                                  \
+                     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 " RLIST ", " A ", " B              \
+                     ", p, 1, 1, " TA ", " TB ";\n\t}"                                                          \
+                     : DLIST                                                                                   \
+                     : "l"(a), "l"(b), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B));                          \
+    }
+FL_WGMMA_SS(32, 16, FL_D16, FL_R16, "%16", "%17", "%18", "%19", "%20")
+FL_WGMMA_SS(64, 32, FL_D32, FL_R32, "%32", "%33", "%34", "%35", "%36")
+FL_WGMMA_SS(128, 64, FL_D64, FL_R64, "%64", "%65", "%66", "%67", "%68")
+FL_WGMMA_SS(256, 128, FL_D128, FL_R128, "%128", "%129", "%130", "%131", "%132")
 
 // D (64 x N, float32) (+)= A B, A (64 x 16, bf16) from registers, B (16 x N, bf16) in shared
 // memory "MN-major" (its N columns contiguous, as V's rows are: descriptor b with the transpose
@@ -294,20 +277,20 @@ __device__ __forceinline__ void wgmma_m64n256k16_bf16(float d[128], uint64_t a, 
 // 16 w .. 16 w + 15 (mma.cuh): a0 (row g, k 2q..2q+1), a1 (row g+8, same k), a2 (row g,
 // k 2q+8..2q+9), a3 (row g+8, same k). Two neighbouring 8-column blocks of a D accumulator above
 // hold exactly such a fragment: that is how P goes from S = Q K^T into O += P V in registers.
-__device__ __forceinline__ void wgmma_m64n64k16_bf16_rs(float d[32], const uint32_t a[4], uint64_t b, int accumulate)
-{
-    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %37, 0;\n\t"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FL_R32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n\t}"
-                 : FL_D32
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
-}
-__device__ __forceinline__ void wgmma_m64n128k16_bf16_rs(float d[64], const uint32_t a[4], uint64_t b, int accumulate)
-{
-    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %69, 0;\n\t"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FL_R64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n\t}"
-                 : FL_D64
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
-}
+// N = 64 or 128; FL_WGMMA_RS(N, N / 2, accumulator operands, their names, then the names of a's four registers,
+// b and accumulate).
+#define FL_WGMMA_RS(N, NREG, DLIST, RLIST, A0, A1, A2, A3, B, ACC)                                           \
+    __device__ __forceinline__ void wgmma_m64n##N##k16_bf16_rs(float d[NREG], const uint32_t a[4], uint64_t b, \
+                                                              int accumulate)                               \
+    {                                                                                                          \
+        asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, " ACC ", 0;\n\t"                                  \
+                     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 " RLIST ", {" A0 ", " A1 ", " A2 \
+                     ", " A3 "}, " B ", p, 1, 1, 1;\n\t}"                                                        \
+                     : DLIST                                                                                   \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));                  \
+    }
+FL_WGMMA_RS(64, 32, FL_D32, FL_R32, "%32", "%33", "%34", "%35", "%36", "%37")
+FL_WGMMA_RS(128, 64, FL_D64, FL_R64, "%64", "%65", "%66", "%67", "%68", "%69")
 
 // ---- named barriers ---------------------------------------------------------------------------------
 
