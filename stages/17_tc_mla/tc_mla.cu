@@ -393,11 +393,13 @@ __global__ void __launch_bounds__(NT, 1)
 
 // ---- the split combine (stage 11's) -----------------------------------------------------------------
 
+constexpr int MAX_SPLITS = 1024; // the combine's weights live in shared memory: --splits' top
+
 // Row r of o_lat = bf16(sum_s exp(lse_s - lse) O_s), lse = log sum_s exp(lse_s): one block per row.
 __global__ void combine_kernel(const float *part_o, const float *part_lse, uint16_t *o_lat, int NH, int m,
                                int splits, unsigned long long *hbm)
 {
-    __shared__ float weight[256];
+    __shared__ float weight[MAX_SPLITS];
     const int r = blockIdx.x;
     if (threadIdx.x == 0) {
         float top = -INFINITY, sum = 0.0f;
@@ -544,6 +546,9 @@ int tc_mla_forward(const MlaProblem *p, float *y, RunCtx *ctx, FlError *err)
     if (p->m > 64 * LAT_BLOCKS || p->p > 64)
         return fl_fail(err, FL_BAD_INPUT, "stage 17 latent attention kernel: m = %d, p = %d; it supports m <= %d and p <= 64",
                        p->m, p->p, 64 * LAT_BLOCKS);
+    if (split_plan(p, ctx) > MAX_SPLITS)
+        return fl_fail(err, FL_BAD_INPUT, "stage 17: %d splits; its combine takes at most %d", split_plan(p, ctx),
+                       MAX_SPLITS);
     cublasHandle_t hd;
     int rc = fl_cublas_handle(&hd, err);
     if (rc != FL_OK)
