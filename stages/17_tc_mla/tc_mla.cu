@@ -13,21 +13,22 @@
  *     with the cache tile in shared memory once, read as keys by the first and as values by the
  *     second (the absorbed form's whole point: the values are the keys' first m columns).
  *
- * The block: a producer warpgroup and two consumer warpgroups (384 threads).
- *   producer (warps 8-11)  gives its registers to the consumers (setmaxnreg); one thread loads the block's rows of [q_lat, q_pe] once and the cache tiles into
- *                      a ring of two stages with TMA (common/hopper.cuh), stage after stage as the
- *                      consumers free them. TMA takes DeepSeek's widths, m = 512 and p = 64, which
+ * The block: two warpgroups (256 threads), c = 0 and 1, with no producer warpgroup: Õ alone is 128
+ * registers a thread, and a kernel of 384 threads is compiled for 168 registers at most.
+ *   loads              thread 0 loads the block's rows of [q_lat, q_pe] once, and the cache tiles
+ *                      into a ring of two stages, with TMA (common/hopper.cuh): tiles 0 and 1 first,
+ *                      then tile j + 2 as soon as every warp has finished P~_j ckv_j, so the loads
+ *                      stay a tile ahead. TMA takes DeepSeek's widths, m = 512 and p = 64, which
  *                      fill the nine 64-column blocks; other widths (the small golden cases) are
- *                      copied by its first warp's 32 threads into the same layout, zero-padded.
- *   consumer c (0, 1)  computes S for keys 32c .. 32c + 31 of the tile (wgmma N = 32, K = 576 in 36
+ *                      copied by warp 0 into the same layout, zero-padded.
+ *   warpgroup c        computes S for keys 32c .. 32c + 31 of the tile (wgmma N = 32, K = 576 in 36
  *                      steps), and Õ for value columns 256c .. 256c + 255 (wgmma N = 256, P~ read
  *                      from shared memory). A row's running max is shared: each warpgroup has half
  *                      of the row's scores, so both post their half's max, meet at a barrier, and go
  *                      on with the same new max; P~ goes to shared memory (bf16, the rounding point),
  *                      where both warpgroups read all 64 keys of it. The row sum l stays split (each
  *                      warpgroup sums its own keys, rescaled by the same factors) until the end.
- *   Each consumer issues P~_j ckv_j and then S_{j+1} before it waits, so the tensor cores go from one
- *   product to the next; the softmax between them is where they idle.
+ *   The tensor cores idle during the softmax, which both warpgroups do at once (README, "The kernel").
  * Shared memory (bf16, in 64-column blocks of 64 rows, 128-byte swizzled: hopper.cuh):
  *   q  (9 blocks: 8 of q_lat, 1 of q_pe)      72 KiB, loaded once
  *   kv (2 stages x 9 blocks: ckv_j, kpe_j)   144 KiB
@@ -57,9 +58,9 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 constexpr int ROWS = TCM_BLOCK_R, KEYS = TCM_BLOCK_C;              // a work item's rows, a tile's keys
 constexpr int LAT_BLOCKS = 8, PE_BLOCK = LAT_BLOCKS, BLOCKS = 9;    // 64-column blocks: m <= 512, p <= 64
-constexpr int CONSUMERS = 2, NT = 128 * CONSUMERS;                  // two warpgroups (255 registers each:
-                                                                    // Õ alone is 128 a thread)
-constexpr int HALF = KEYS / CONSUMERS, VCOLS = 256;                 // a consumer's keys of S, columns of Õ
+constexpr int WARPGROUPS = 2, NT = 128 * WARPGROUPS;                // 255 registers a thread (Õ alone
+                                                                    // is 128 of them)
+constexpr int HALF = KEYS / WARPGROUPS, VCOLS = 256;                 // a warpgroup's keys of S, columns of Õ
 constexpr int STAGES = 2;                                           // cache tiles in flight
 static_assert(ROWS == 64 && KEYS == 64, "one wgmma M of rows, one swizzled block of keys");
 
@@ -67,7 +68,7 @@ struct Smem {
     alignas(1024) uint16_t q[BLOCKS][ROWS][64];          // [q_lat, q_pe] of the block's rows
     alignas(1024) uint16_t kv[STAGES][BLOCKS][KEYS][64]; // [ckv_j, kpe_j]: keys, and values (ckv_j)
     alignas(1024) uint16_t p[ROWS][KEYS];                // P~ of the tile, bf16
-    float row_part[CONSUMERS][ROWS];                     // each warpgroup's half-row max (then l)
+    float row_part[WARPGROUPS][ROWS];                     // each warpgroup's half-row max (then l)
     uint64_t q_full, kv_full[STAGES];
 };
 constexpr size_t SMEM_BYTES = sizeof(Smem) + 1024; // + room to align the base to 1024 bytes
@@ -78,7 +79,7 @@ struct LatentArgs {
     uint16_t *o_lat;              // (B, R, m) bf16, with one split
     float *part_o, *part_lse;     // (splits, B R, m), (splits, B R), with more than one
     int B, Tq, Tk, H, m, p, causal, splits;
-    int tma;                      // the producer copies with TMA (m = 512, p = 64: the blocks are full)
+    int tma;                      // loads by TMA (m = 512, p = 64: the blocks are full), else warp 0 copies
     float scale_log2;
     unsigned long long *hbm;
 };
@@ -270,7 +271,7 @@ __device__ __forceinline__ void finish_softmax(const float (&s)[16], const float
         o[4 * n + 2] *= alpha[1], o[4 * n + 3] *= alpha[1];
     }
     fence_proxy_async();                    // P~ is visible to wgmma ...
-    named_barrier_sync(2, 128 * CONSUMERS); // ... once both warpgroups have written their halves
+    named_barrier_sync(2, 128 * WARPGROUPS); // ... once both warpgroups have written their halves
 }
 
 // ---- the output ------------------------------------------------------------------------------------------
@@ -350,19 +351,25 @@ __global__ void __launch_bounds__(NT, 1)
         store_rows(o, m, none, a, it, ln, c);
         return;
     }
-    // Tile j: P~_{j-1} ckv_{j-1} and S_j are in flight (committed in that order); wait for both, post
-    // the half-row maxima; past the barrier every warp's P~_{j-1} ckv_{j-1} is done, so stage
-    // (j + 1) % 2 is free for tile j + 1; finish the softmax; issue P~_j ckv_j.
+    // Tile j: S_j is in flight; wait for it, the softmax (the two warpgroups meet at its barriers),
+    // P~_j ckv_j, and wait for that too. Then every warp is done with stage j % 2, and once all have
+    // said so (a barrier) tile j + 2 streams into it while tile j + 1, loaded a whole tile ago, is
+    // computed: the loads stay a tile ahead. (Issuing S_{j+1} behind P~_j ckv_j instead keeps the
+    // tensor cores busier between the two, but then the stage of tile j + 1 is free only after
+    // P~_{j-1} ckv_{j-1}, too late to load it before S_{j+1} needs it: measured slower.)
     auto tile = [&](int j) {
         wgmma_wait<0>();
-        wgmma_fence_operand(s), wgmma_fence_operand(o); // read only from here on
+        wgmma_fence_operand(s); // read only from here on
         float mx[2];
         post_half_max(s, mx, sm, ln, c, it.chunk.first + j * KEYS, a.scale_log2);
-        named_barrier_sync(1, 128 * CONSUMERS); // both halves of every row's max are posted
-        if (j >= 1 && j + 1 < it.n_tiles)
-            load_tile(sm, a, maps, it, j + 1);
+        named_barrier_sync(1, 128 * WARPGROUPS); // both halves of every row's max are posted
         finish_softmax(s, mx, o, m, l, sm, ln, c);
         issue_pv(o, sm, c, j % STAGES);
+        wgmma_wait<0>();
+        wgmma_fence_operand(o);
+        named_barrier_sync(3, 128 * WARPGROUPS); // every warp's P~_j ckv_j is done: stage j % 2 is free
+        if (j + STAGES < it.n_tiles)
+            load_tile(sm, a, maps, it, j + STAGES);
     };
     // The last tile is taken out of the loop, and an empty split returned above, so that every path
     // into tile() has the same wgmmas in flight and no branch skips one: where the compiler cannot
@@ -372,11 +379,9 @@ __global__ void __launch_bounds__(NT, 1)
     for (int j = 0; j + 1 < it.n_tiles; j++) {
         tile(j);
         mbar_wait(&sm.kv_full[(j + 1) % STAGES], ((j + 1) / STAGES) & 1);
-        issue_scores(s, sm, c, (j + 1) % STAGES); // S_{j+1}, queued behind P~_j ckv_j
+        issue_scores(s, sm, c, (j + 1) % STAGES); // S_{j+1}
     }
     tile(it.n_tiles - 1);
-    wgmma_wait<0>();
-    wgmma_fence_operand(o);
     // l: this thread's part, then the row's over the quad, then the two warpgroups' halves
     float total[2];
 #pragma unroll
@@ -385,7 +390,7 @@ __global__ void __launch_bounds__(NT, 1)
         if (ln.t4 == 0)
             sm.row_part[c][ln.row[rr]] = l[rr];
     }
-    named_barrier_sync(1, 128 * CONSUMERS);
+    named_barrier_sync(1, 128 * WARPGROUPS);
     for (int rr = 0; rr < 2; rr++)
         total[rr] = sm.row_part[0][ln.row[rr]] + sm.row_part[1][ln.row[rr]];
     store_rows(o, m, total, a, it, ln, c);
