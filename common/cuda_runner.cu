@@ -153,6 +153,15 @@ static __global__ void convert_kernel(const From *x, To *y, size_t n)
         convert_element(x[i], &y[i]);
 }
 
+/* y = x converted, n elements: a grid of at most 4096 blocks of 256 threads. */
+template <class From, class To>
+static int launch_convert(const From *x, To *y, size_t n, const char *what, FlError *err)
+{
+    const size_t blocks = (n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096;
+    convert_kernel<<<(unsigned)blocks, 256>>>(x, y, n);
+    return fl_cuda_launch_status(what, err);
+}
+
 /* When dst is NULL and src is not: dst = a new device array (owned by r) of the n elements of src
  * converted to To. */
 template <class From, class To>
@@ -166,10 +175,7 @@ static int device_converted(DeviceRun *r, const To *&dst, const From *src, size_
     if (rc != FL_OK)
         return rc;
     dst = (const To *)y;
-    const int threads = 256;
-    const size_t blocks = (n + threads - 1) / threads < 4096 ? (n + threads - 1) / threads : 4096;
-    convert_kernel<<<(unsigned)blocks, threads>>>(src, (To *)y, n);
-    return fl_cuda_launch_status(what, err);
+    return launch_convert(src, (To *)y, n, what, err);
 }
 
 /* One input in the form the stage reads: a bf16 stage needs h (made from f when missing), a
@@ -577,11 +583,7 @@ static int step_input_bf16(StepDeviceRun *r, int i, size_t n, const char *name, 
     void *y = NULL;
     int rc = fl_cuda_alloc_bytes(&y, n * sizeof(uint16_t), what, err);
     r->in.bf16[i] = (const uint16_t *)y;
-    if (rc != FL_OK || n == 0)
-        return rc;
-    const size_t blocks = (n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096;
-    convert_kernel<<<(unsigned)blocks, 256>>>(r->in.f32[i], (uint16_t *)y, n);
-    return fl_cuda_launch_status(what, err);
+    return rc != FL_OK || n == 0 ? rc : launch_convert(r->in.f32[i], (uint16_t *)y, n, what, err);
 }
 
 /* Inputs up, the output poisoned, the counter and the workspace allocated. */

@@ -8,7 +8,7 @@
  * closed form is written out here again from the doc, independently of the stage code: bf16
  * elements are 2 bytes, y and the splits' partials 4. The CUDA step differs in two terms: cuBLAS
  * leaves c_q W_qr in float32 and a kernel of its own turns it (RoPE) and rounds it, and its scratch
- * is bf16 slices (256-byte aligned) without copies of the inputs, which the runner makes. */
+ * is bf16 slices without copies of the inputs, which the runner makes. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,8 +32,6 @@ enum { SHAPE_COUNT = sizeof shapes / sizeof shapes[0], SPLIT_COUNTS = sizeof spl
 typedef struct {
     uint64_t read, written, workspace; /* bytes */
 } Model;
-
-static uint64_t round256(uint64_t bytes) { return (bytes + 255) / 256 * 256; }
 
 static Model model(const MlaProblem *p, uint64_t S, int cuda)
 {
@@ -59,10 +57,11 @@ static Model model(const MlaProblem *p, uint64_t S, int cuda)
     if (cuda) { /* c_q W_qr written in float32, then read back by the RoPE kernel, which writes q_pe */
         e.read += F32 * NH * pe;
         e.written += F32 * NH * pe;
-        e.workspace = round256(BF16 * N * mq) + round256(BF16 * NH * dh) + round256(BF16 * NH * pe) +
-                      2 * round256(BF16 * NH * m) + round256(BF16 * NH * dv) + round256(F32 * NH * pe);
+        /* a bf16 slice of n elements is n / 2 floats, rounded up, then to whole 16-float lines */
+        e.workspace = F32 * (round16((N * mq + 1) / 2) + round16((NH * dh + 1) / 2) + round16((NH * pe + 1) / 2) +
+                             2 * round16((NH * m + 1) / 2) + round16((NH * dv + 1) / 2) + round16(NH * pe));
         if (S > 1)
-            e.workspace += round256(F32 * S * NH * m) + round256(F32 * S * NH);
+            e.workspace += F32 * (round16(S * NH * m) + round16(S * NH));
         return e;
     }
     uint64_t ws = 0;

@@ -52,6 +52,7 @@
 #include "mma.cuh"
 #include "rope.h"
 #include "tiles.h"
+#include "workspace.h"
 
 namespace {
 
@@ -461,32 +462,6 @@ int gemm_counted(cublasHandle_t hd, int M, int N, int K, RmOperand A, RmOperand 
 }
 
 RmOperand plain(const void *ptr, int ld) { return RmOperand{ptr, ld, 0, 0}; }
-
-// The step's scratch, device memory: bf16 c_q (N, mq), q_nope (N, H dh), q_pe (N, H p), q_lat and
-// o_lat (N, H m), o (N, H dv); float32 q_pe32 (c_q W_qr before RoPE) and, with more than one split,
-// the partials O_s (splits, N H, m) and lse_s (splits, N H). N = B Tq; slices 256-byte aligned.
-struct DeviceBuffers {
-    uint16_t *c_q, *q_nope, *q_pe, *q_lat, *o_lat, *o;
-    float *q_pe32, *part_o, *part_lse;
-};
-
-size_t device_buffers(const MlaProblem *p, int splits, void *base, DeviceBuffers *w)
-{
-    const size_t N = (size_t)p->B * p->Tq, H = p->H, parts = splits > 1 ? (size_t)splits : 0;
-    const size_t bytes[] = {2 * N * p->mq,         2 * N * H * p->dh, 2 * N * H * p->p,
-                            2 * N * H * p->m,       2 * N * H * p->m,  2 * N * H * p->dv,
-                            4 * N * H * p->p,       4 * parts * N * H * p->m, 4 * parts * N * H};
-    void **slots[] = {(void **)&w->c_q,   (void **)&w->q_nope, (void **)&w->q_pe,   (void **)&w->q_lat,
-                      (void **)&w->o_lat, (void **)&w->o,      (void **)&w->q_pe32, (void **)&w->part_o,
-                      (void **)&w->part_lse};
-    size_t used = 0;
-    for (int i = 0; i < 9; i++) {
-        if (base)
-            *slots[i] = (char *)base + used;
-        used += (bytes[i] + 255) / 256 * 256;
-    }
-    return used;
-}
 
 // --splits, or the heuristic filling the SMs once (a block per SM); never more splits than keys.
 int split_plan(const MlaProblem *p, const RunCtx *ctx)
