@@ -178,6 +178,26 @@ struct Rows {
     int q0, r[2], t4; // first row of the warpgroup; this thread's two rows; its column pair
 };
 
+// A consumer warpgroup's rows q0 .. q0 + 63 as this thread holds them (warp, g = lane / 4), how
+// many of them lie in 0 .. Tq - 1, and its own K/V tiles of bc keys: with the mask, up to its last
+// row's last key (another warpgroup's rows may reach one tile further; it only hands those back).
+struct WarpgroupRows {
+    Rows w;
+    int rows, own_tiles;
+};
+
+__device__ __forceinline__ WarpgroupRows warpgroup_rows(const TcArgs &a, int q0, int warp, int lane, int bc)
+{
+    const int g = lane / 4;
+    WarpgroupRows x;
+    x.w = {q0, {q0 + 16 * warp + g, q0 + 16 * warp + g + 8}, lane % 4};
+    const int row_end = min(q0 + 64, a.Tq);
+    x.rows = row_end - max(q0, 0);
+    const int key_end = x.rows > 0 ? tc_keys_seen(a.causal, a.Tq, a.Tk, row_end - 1) : 0;
+    x.own_tiles = ceil_div(key_end, bc);
+    return x;
+}
+
 // Issues S = Q_i K_j^T (64, BC) for stage st: D / 16 wgmmas of N = BC = 128, both operands K-major
 // in shared memory, as one commit group. Nothing waits here.
 template <int D>
@@ -376,13 +396,10 @@ __device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, 
 {
     using T = FwdTile<D>;
     using Turn = Turns<HIDE, T::CONSUMERS>;
-    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, g = lane / 4;
-    const Rows w = {q0, {q0 + 16 * warp + g, q0 + 16 * warp + g + 8}, lane % 4};
-    // This warpgroup's own tiles: with the mask, up to its last row's last key (another
-    // warpgroup's rows may reach one tile further). Tiles past them are only handed back.
-    const int row_end = min(q0 + T::ROWS, a.Tq), rows = row_end - max(q0, 0); // its rows in 0 .. Tq - 1
-    const int key_end = rows > 0 ? tc_keys_seen(a.causal, a.Tq, a.Tk, row_end - 1) : 0;
-    const int own_tiles = ceil_div(key_end, T::BC);
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+    const WarpgroupRows mine = warpgroup_rows(a, q0, warp, lane, T::BC);
+    const Rows w = mine.w;
+    const int rows = mine.rows, own_tiles = mine.own_tiles;
     const auto stage_of = [it](int j) { return (it + j) % T::NSTAGE; };
     const auto phase_of = [it](int j) { return (uint32_t)((it + j) / T::NSTAGE) & 1; };
 
@@ -548,7 +565,7 @@ __global__ void __launch_bounds__(inline_threads<D>(), 1)
     using T = FwdTile<D>;
     constexpr int NT = inline_threads<D>(), NS = T::NSTAGE, BC = T::BC;
     FwdSmem<D> &sm = aligned_smem<FwdSmem<D>>();
-    const int tid = threadIdx.x, c = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4;
+    const int tid = threadIdx.x, c = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
     const FwdWork w = fwd_work<D>(a, blockIdx.x);
     const int h = w.bh % a.Hq, b = w.bh / a.Hq, kvh = b * (a.Hq / a.group) + h / a.group;
 
@@ -604,10 +621,9 @@ __global__ void __launch_bounds__(inline_threads<D>(), 1)
         mbar_wait(&sm.q_full, 0);
 
     // This warpgroup's rows and own tiles, as in consume()
-    const int q0 = w.q0 + T::ROWS * c;
-    const Rows rw = {q0, {q0 + 16 * warp + g, q0 + 16 * warp + g + 8}, lane % 4};
-    const int row_end = min(q0 + T::ROWS, a.Tq), rows = row_end - max(q0, 0);
-    const int own_tiles = rows > 0 ? ceil_div(tc_keys_seen(a.causal, a.Tq, a.Tk, row_end - 1), BC) : 0;
+    const WarpgroupRows mine = warpgroup_rows(a, w.q0 + T::ROWS * c, warp, lane, BC);
+    const Rows rw = mine.w;
+    const int rows = mine.rows, own_tiles = mine.own_tiles;
     float o[T::NO][4];
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
 #pragma unroll
