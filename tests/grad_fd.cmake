@@ -57,3 +57,6 @@ endif()
 # own forward, on bf16-exact inputs (the header of test_grad_fd.c says why only the sinks).
 add_test(NAME stage15_tc_window_sinks_gradfd_cpu COMMAND test_grad_fd 15 cpu)
 set_tests_properties(stage15_tc_window_sinks_gradfd_cpu PROPERTIES LABELS "stage15;cpu")
+# Stage 18 (stage 15's feature on Hopper's tiles): the same check of its learned sinks' gradient.
+add_test(NAME stage18_hopper_window_sinks_gradfd_cpu COMMAND test_grad_fd 18 cpu)
+set_tests_properties(stage18_hopper_window_sinks_gradfd_cpu PROPERTIES LABELS "stage18;cpu")
