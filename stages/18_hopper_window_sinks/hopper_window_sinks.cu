@@ -99,7 +99,7 @@ __device__ __forceinline__ bool hidden(const TcArgs &a, const TcRuns &r, int j)
 // Shared memory holds every tile in the 128-byte swizzled layout (hopper.cuh): blocks of 64 columns,
 // each filled by one TMA box with rows of 128 bytes (whole L2 lines) and read by wgmma through a
 // swizzled descriptor without bank conflicts. The query tile is stage 12's at d = 128, the key
-// tile twice as wide (tiles.h: BC = 128 keys, one wgmma N); reference.c walks the same tiles, so P
+// tile as wide (tiles.h: BC = 64 keys; stage 14's were 128, one wgmma N); reference.c walks the same tiles, so P
 // is rounded to bf16 after the same running maxima there.
 template <int D> struct FwdTile {
     static constexpr int ROWS = 64; // query rows of one consumer warpgroup (one wgmma M)
@@ -111,7 +111,8 @@ template <int D> struct FwdTile {
     // K/V stages in the ring: a consumer holds two at a time (P_{j-1} V_{j-1} runs while S_j is
     // computed), so the producer needs more than two to stay a tile ahead; at d = 128 three of
     // 64 KiB each and Q_i fill 224 of the 227 KiB of shared memory a block may have
-    static constexpr int NSTAGE = D == 64 ? 4 : 3;
+    // (stage 18's tiles are half as wide, tiles.h: twice as many stages hold the same bytes)
+    static constexpr int NSTAGE = (D == 64 ? 4 : 3) * 128 / BC;
     static constexpr int CBLK = D / 64, NO = D / 8; // 64-column blocks of a tile; 8-column blocks of O
     // Registers per thread after setmaxnreg: 128 x 24 + CONSUMERS x 128 x CONSUMER_REGS <= 64 K
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS == 3 ? 160 : 240;
@@ -179,7 +180,7 @@ __device__ void produce(FwdSmem<D> &sm, const CUtensorMap *mq, const CUtensorMap
         if (use > 0) // the consumers' previous use of this stage (phase use - 1) must be over
             mbar_wait(&sm.kv_empty[st], (use - 1) & 1);
         mbar_arrive_expect_tx(&sm.kv_full[st], sizeof sm.k[0] + sizeof sm.v[0]);
-        /* exercise: begin — the hand-off, producer side: the boxes of K_j and V_j that fill stage st (column block cb of the tile's BC rows of kv head kvh), delivered to kv_full[st] (check 18 --device cuda: o of the cases longer than one 128-key tile) | stub: for (int cb = 0; cb < T::CBLK; cb++) { tma_load_3d(&sm.k[st][cb][0][0], mk, 64 * cb, 0, kvh, &sm.kv_full[st]); tma_load_3d(&sm.v[st][cb][0][0], mv, 64 * cb, 0, kvh, &sm.kv_full[st]); } */
+        /* exercise: begin — the hand-off, producer side: the boxes of K_j and V_j that fill stage st (column block cb of the tile's BC rows of kv head kvh), delivered to kv_full[st] (check 18 --device cuda: o of the cases longer than one 64-key tile) | stub: for (int cb = 0; cb < T::CBLK; cb++) { tma_load_3d(&sm.k[st][cb][0][0], mk, 64 * cb, 0, kvh, &sm.kv_full[st]); tma_load_3d(&sm.v[st][cb][0][0], mv, 64 * cb, 0, kvh, &sm.kv_full[st]); } */
         for (int cb = 0; cb < T::CBLK; cb++) {
             tma_load_3d(&sm.k[st][cb][0][0], mk, 64 * cb, kv0, kvh, &sm.kv_full[st]);
             tma_load_3d(&sm.v[st][cb][0][0], mv, 64 * cb, kv0, kvh, &sm.kv_full[st]);
@@ -219,7 +220,7 @@ __device__ __forceinline__ WarpgroupRows warpgroup_rows(const TcArgs &a, int q0,
     return x;
 }
 
-// Issues S = Q_i K_j^T (64, BC) for stage st: D / 16 wgmmas of N = BC = 128, both operands K-major
+// Issues S = Q_i K_j^T (64, BC) for stage st: D / 16 wgmmas of N = BC, both operands K-major
 // in shared memory, as one commit group. Nothing waits here.
 template <int D>
 __device__ __forceinline__ void issue_scores(float (&s)[TC_FWD_BLOCK_C / 8][4], const FwdSmem<D> &sm, int c, int st)
@@ -232,9 +233,12 @@ __device__ __forceinline__ void issue_scores(float (&s)[TC_FWD_BLOCK_C / 8][4], 
 #pragma unroll
     for (int k16 = 0; k16 < D / 16; k16++) { // columns 16 k16 ..: block k16 / 4, 32 (k16 % 4) bytes in
         const int cb = k16 / 4, at = 32 * (k16 % 4);
-        wgmma_m64n128k16_bf16(&s[0][0], wgmma_desc_sw128(reinterpret_cast<const char *>(&sm.q[c][cb][0][0]) + at, 16, 1024),
-                              wgmma_desc_sw128(reinterpret_cast<const char *>(&sm.k[st][cb][0][0]) + at, 16, 1024),
-                              k16 > 0);
+        const uint64_t qd = wgmma_desc_sw128(reinterpret_cast<const char *>(&sm.q[c][cb][0][0]) + at, 16, 1024);
+        const uint64_t kd = wgmma_desc_sw128(reinterpret_cast<const char *>(&sm.k[st][cb][0][0]) + at, 16, 1024);
+        if constexpr (T::BC == 128)
+            wgmma_m64n128k16_bf16(&s[0][0], qd, kd, k16 > 0);
+        else
+            wgmma_m64n64k16_bf16(&s[0][0], qd, kd, k16 > 0);
     }
     wgmma_commit();
 }
@@ -284,14 +288,14 @@ __device__ __forceinline__ float fast_exp2(float x)
 // sums, combined at the end, and both rows go through the same loops.
 constexpr int CHAINS = 4; // the partial maxima and sums are combined as a tree of two levels below
 
-__device__ __forceinline__ void softmax_tile(float (&s)[TC_FWD_BLOCK_C / 8][4], float (&m)[2], float (&l)[2],
-                                             float (&alpha)[2], const TcArgs &a, const Rows &w, int kv0)
+// The softmax of one tile, compiled twice: MASKED tests every key against its row's runs; the
+// other copy, for a tile every row of the warpgroup sees whole, has no per-key test at all.
+template <bool MASKED>
+__device__ __forceinline__ void softmax_tile_as(float (&s)[TC_FWD_BLOCK_C / 8][4], float (&m)[2], float (&l)[2],
+                                                float (&alpha)[2], const TcArgs &a, const Rows &w, int kv0)
 {
     constexpr int BC = TC_FWD_BLOCK_C;
-    const int last_row = min(w.q0 + 63, a.Tq - 1);
-    const bool masked = kv0 + BC > a.Tk ||
-                        !tc_tile_whole(tc_row_runs(a.mask, max(w.q0, 0)), tc_row_runs(a.mask, last_row), kv0, BC);
-    const TcRuns runs[2] = {tc_row_runs(a.mask, w.r[0]), tc_row_runs(a.mask, w.r[1])};
+    const TcRuns runs[2] = {tc_row_runs(a.mask, w.r[0]), tc_row_runs(a.mask, w.r[1])}; // MASKED only
     float part[2][CHAINS]; // partial maxima, then partial sums, of each row
 #pragma unroll
     for (int rr = 0; rr < 2; rr++)
@@ -302,7 +306,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[TC_FWD_BLOCK_C / 8][4], 
     for (int n = 0; n < BC / 8; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) { // e / 2: the row, e % 2: the key
-            if (masked && hidden(a, runs[e / 2], kv0 + 8 * n + 2 * w.t4 + e % 2))
+            if (MASKED && hidden(a, runs[e / 2], kv0 + 8 * n + 2 * w.t4 + e % 2))
                 s[n][e] = -INFINITY;
             part[e / 2][n % CHAINS] = fmaxf(part[e / 2][n % CHAINS], s[n][e]);
         }
@@ -329,6 +333,17 @@ __device__ __forceinline__ void softmax_tile(float (&s)[TC_FWD_BLOCK_C / 8][4], 
 #pragma unroll
     for (int rr = 0; rr < 2; rr++) // P summed in float32, before rounding
         l[rr] = l[rr] * alpha[rr] + ((part[rr][0] + part[rr][1]) + (part[rr][2] + part[rr][3]));
+}
+
+__device__ __forceinline__ void softmax_tile(float (&s)[TC_FWD_BLOCK_C / 8][4], float (&m)[2], float (&l)[2],
+                                             float (&alpha)[2], const TcArgs &a, const Rows &w, int kv0)
+{
+    constexpr int BC = TC_FWD_BLOCK_C;
+    const int last_row = min(w.q0 + 63, a.Tq - 1);
+    if (kv0 + BC > a.Tk || !tc_tile_whole(tc_row_runs(a.mask, max(w.q0, 0)), tc_row_runs(a.mask, last_row), kv0, BC))
+        softmax_tile_as<true>(s, m, l, alpha, a, w, kv0);
+    else
+        softmax_tile_as<false>(s, m, l, alpha, a, w, kv0);
 }
 
 // Õ *= alpha, row by row.
@@ -486,7 +501,7 @@ __device__ void consume(FwdSmem<D> &sm, const TcArgs &a, int c, int bh, int q0, 
         Turn::pass(c);
         if constexpr ((HIDE & HIDE_IN_WARPGROUP) == 0)
             wgmma_wait<0>(); // the ablation without the overlap: P_{j-1} V_{j-1} first, then the softmax
-        /* exercise: begin — the overlap: wait for S_j alone, run tile j's softmax while P_{j-1} V_{j-1} still runs, then wait for it, hand stage j - 1 back and only then rescale Õ (the product adds into it) and round P_j (check 18 --device cuda: o of the cases longer than one 128-key tile) | stub: wgmma_wait<0>(); softmax_tile(s, m, l, alpha, a, w, tc_walk_tile(walk, j) * T::BC); release(&sm.kv_empty[stage_of(j - 1)], lane); p_fragments(pa, s); */
+        /* exercise: begin — the overlap: wait for S_j alone, run tile j's softmax while P_{j-1} V_{j-1} still runs, then wait for it, hand stage j - 1 back and only then rescale Õ (the product adds into it) and round P_j (check 18 --device cuda: o of the cases longer than one 64-key tile) | stub: wgmma_wait<0>(); softmax_tile(s, m, l, alpha, a, w, tc_walk_tile(walk, j) * T::BC); release(&sm.kv_empty[stage_of(j - 1)], lane); p_fragments(pa, s); */
         wgmma_wait<1>(); // S_j is done; P_{j-1} V_{j-1} may still run
         softmax_tile(s, m, l, alpha, a, w, tc_walk_tile(walk, j) * T::BC);
         wgmma_wait<0>(); // P_{j-1} V_{j-1} is done: its stage goes back, Õ may change

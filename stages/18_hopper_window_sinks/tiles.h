@@ -19,9 +19,9 @@
 #define TC_BWD_BLOCK_C(d) ((d) == 64 ? 192 : 128)
 #define TC_BWD_WG_KEYS 64  /* keys of one consumer warpgroup (one wgmma M); each adds its own share
                               of dQ into dq, so dq is read-modify-written once per this many keys */
-#define TC_FWD_BLOCK_C 128 /* keys per K/V tile in the forward: stage 12 takes 64; one Hopper wgmma
-                              multiplies N = 128 keys at once, and a wider N reads Q from shared
-                              memory half as often per multiply-add */
+#define TC_FWD_BLOCK_C 64  /* keys per K/V tile in the forward: stage 14 takes 128 (one wgmma N);
+                              with a window most tiles sit on the band's edge, and half as wide a
+                              tile walks half as many keys no row sees (README, "How fast") */
 #define TC_BWD_BLOCK_R 64 /* query rows per Q tile in the backward */
 
 /* The mask of one head (docs/conventions.md): query row i sits at position p = i + Tk - Tq. With
