@@ -6,8 +6,12 @@
  *   - a query tile walks only the K/V tiles its rows see (TcWalk): the sink tiles, then the band,
  *     in ascending order; the producer loads tile tc_walk_tile(walk, j) at step j, and the
  *     consumers' rounds are the walk's steps, so the ring and the turns work as in stage 14;
+ *   - a consumer warpgroup spends the leading steps its rows' band does not reach as empty rounds;
+ *   - the forward's K/V tiles are 64 keys, not 128: at a narrow window most tiles sit on the
+ *     band's edge, and a narrower tile walks fewer keys no row sees;
  *   - a tile is masked key by key when some row of the warpgroup does not see all of it
  *     (tc_tile_whole), with the row's runs (band and sink tokens) instead of stage 14's prefix;
+ *     the softmax is compiled twice (softmax_tile_as), so a whole tile has no per-key test;
  *   - the learned sink joins each row's l after the walk (join_sink) and so lse, which the backward
  *     reads: P there needs no change;
  *   - the backward's key tile walks only the query tiles whose rows reach it (tc_rows_seeing), and
@@ -99,8 +103,8 @@ __device__ __forceinline__ bool hidden(const TcArgs &a, const TcRuns &r, int j)
 // Shared memory holds every tile in the 128-byte swizzled layout (hopper.cuh): blocks of 64 columns,
 // each filled by one TMA box with rows of 128 bytes (whole L2 lines) and read by wgmma through a
 // swizzled descriptor without bank conflicts. The query tile is stage 12's at d = 128, the key
-// tile as wide (tiles.h: BC = 64 keys; stage 14's were 128, one wgmma N); reference.c walks the same tiles, so P
-// is rounded to bf16 after the same running maxima there.
+// tile as wide (tiles.h: BC = 64 keys; stage 14's were 128, one wgmma N); reference.c walks the
+// same tiles, so P is rounded to bf16 after the same running maxima there.
 template <int D> struct FwdTile {
     static constexpr int ROWS = 64; // query rows of one consumer warpgroup (one wgmma M)
     // Consumer warpgroups: two at d = 128; three at d = 64, where a round of a warpgroup is half as

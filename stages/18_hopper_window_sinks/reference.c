@@ -12,7 +12,7 @@
  *
  * The tiles are the kernels' (tiles.h): the rounding of P depends on the running max, which
  * changes at the end of every K/V tile, so the reference walks the keys in the same tiles of
- * TC_FWD_BLOCK_C = 128 in the forward (stage 12: 64). The online softmax runs in base 2, as on the
+ * TC_FWD_BLOCK_C = 64 in the forward (stage 14: 128). The online softmax runs in base 2, as on the
  * GPU: s2 = S * scale * log2(e).
  *
  * What stage 18 adds to stage 14 is stage 15's feature, fitted to these tiles:
@@ -22,7 +22,7 @@
  *              (tc_sees), the ones between the sinks and the band are masked too.
  *   the walk   a forward block loads its sink tiles, then the band tiles from the one holding its
  *              first row's lowest key up to its last row's last key (tc_fwd_walk; the tiles
- *              between never), about (S + W + Br) / 128 tiles rather than p / 128. A backward key
+ *              between never), about (S + W + Br) / 64 tiles rather than p / 64. A backward key
  *              block is loaded only when some row sees one of its keys, and visits only the query
  *              tiles holding such a row (tc_rows_seeing): positions [j0, j0 + Bc - 1 + W), all the
  *              later ones when the block holds a sink token.
