@@ -39,6 +39,12 @@
 #                         (--T, --d, --B, --H, --reps also reach its SDPA runs); BENCH_ARGS does not apply.
 #                         Its files: tc_bench_*.json, tc_sdpa_*.json, tc_summary.txt
 #   SKIP_WINDOW=1         no sliding-window bench (stage 10: T scaling at W = 256, W >= T vs 08)
+#   SKIP_GPTOSS=1         no gpt-oss window bench (stages 15 and 18, those built, in bf16 at B = 1,
+#                         Hq = 64, Hkv = 8, d = 64, W = 128, learned sinks, T = 4096 and 32768, fwd
+#                         and fwd+bwd, and without sinks at 32768, beside tools/flex_bench.py at
+#                         T = 32768 (each direction in a process of its own: a second length makes
+#                         torch.compile recompile with the length dynamic, slower); issue 27's
+#                         1.5x row. Its files: gptoss_*.json, gptoss.txt
 #   SKIP_MLA=1            no MLA bench (stage 09: DeepSeek-V2 shape, decode B = 64 Tk = 4096 and
 #                         prefill T = 4096, both variants; plain MHA decode through stage 08; the
 #                         latent kernel's own time and DRAM bytes from Nsight Compute; stage 17 in
@@ -62,7 +68,7 @@ if [ "${BENCH_ONLY:-0}" = 1 ]; then
   SKIP_TESTS=1 SKIP_SANITIZER=1 SKIP_TOUR=1
 fi
 if [ "${SKIP_BENCH:-0}" = 1 ]; then # every timing section, not only the float32 sweep
-  SKIP_DECODE=1 SKIP_TC=1 SKIP_WINDOW=1 SKIP_MLA=1 SKIP_PAGED=1
+  SKIP_DECODE=1 SKIP_TC=1 SKIP_WINDOW=1 SKIP_GPTOSS=1 SKIP_MLA=1 SKIP_PAGED=1
 fi
 mkdir -p "$OUT"
 failed=()
@@ -142,9 +148,9 @@ fi
 
 # ---- benchmark: ours, then PyTorch SDPA on the same shapes -----------------------------------------
 bench_stages=${BENCH_STAGES:-$(echo "$cuda_stages" | paste -sd, -)}
-# stages 09 and 17 (MLA) have their own inputs and shapes, stages 12 and 14 compute in bf16: each has its section
-# below, not this float32 attention sweep
-attention_stages=$(echo "$bench_stages" | tr , '\n' | grep -vx -e 09 -e 12 -e 14 -e 17 | paste -sd, -)
+# stages 09 and 17 (MLA) have their own inputs and shapes, stages 12, 14 and 18 compute in bf16: each has its
+# section below, not this float32 attention sweep
+attention_stages=$(echo "$bench_stages" | tr , '\n' | grep -vx -e 09 -e 12 -e 14 -e 17 -e 18 | paste -sd, -)
 if [ "${SKIP_BENCH:-0}" != 1 ] && [ -n "$attention_stages" ]; then
   step "flashlab bench --device cuda --stages $attention_stages --d 64,128 --reps $REPS $BENCH_ARGS (fwd, then fwd+bwd)"
   # shellcheck disable=SC2086
@@ -323,6 +329,28 @@ for direction in ("fwd", "bwd"):
             print("stage 10 %s, W = 4096 >= T = 4096, d = %d: %.3f ms; stage 08 causal %.3f ms: ratio %.3f"
                   % (label, d, f["time_ms"], c["time_ms"], f["time_ms"] / c["time_ms"]))
 PY
+fi
+
+gptoss_stages=$(for s in 15 18; do in_list "$s" "$bench_stages" && echo "$s"; done | paste -sd, -)
+if [ "${SKIP_GPTOSS:-0}" != 1 ] && [ -n "$gptoss_stages" ]; then
+  GPTOSS="--B 1 --H 64 --Hkv 8 --d 64 --window 128"
+  step "gpt-oss window: stages $gptoss_stages $GPTOSS --sinks, T = 4096 and 32768, beside FlexAttention"
+  rm -f "$OUT"/gptoss_*.json
+  for direction in fwd bwd; do
+    # shellcheck disable=SC2086
+    "$FLASHLAB" bench --device cuda --stages "$gptoss_stages" --variant "" $GPTOSS --sinks --T 4096,32768 \
+      --direction $direction --reps "$REPS" --json >"$OUT/gptoss_$direction.json"
+    record "gpt-oss bench $direction" $?
+    # shellcheck disable=SC2086
+    python3 tools/flex_bench.py $GPTOSS --sinks --T 32768 --direction $direction --reps "$REPS" \
+      --json "$OUT/gptoss_flex_$direction.json"
+    record "gpt-oss FlexAttention $direction" $?
+  done
+  # shellcheck disable=SC2086
+  "$FLASHLAB" bench --device cuda --stages "$gptoss_stages" --variant "" $GPTOSS --T 32768 --direction bwd \
+    --reps "$REPS" --json >"$OUT/gptoss_nosinks_bwd.json"
+  record "gpt-oss bench without sinks" $?
+  python3 tools/gptoss_report.py "$OUT" | tee "$OUT/gptoss.txt"
 fi
 
 if [ "${SKIP_MLA:-0}" != 1 ] && in_list 09 "$bench_stages"; then
