@@ -103,6 +103,34 @@ static int check_row(const HbmDriver *drv, const HbmModelRow *row, int *runs)
     return failures;
 }
 
+/* A stage built for one architecture, on a machine with a CUDA device: 1 with
+ * a line when this build has no CUDA implementation of it, or the GPU is not one it runs on (its
+ * forward on a tiny problem answers FL_NO_DEVICE); 0 when its kernels can run. */
+static int arch_unavailable(const char *stage)
+{
+    const StageImpl *impl = stage_find(stage, DEVICE_CUDA, "");
+    if (!impl) {
+        printf("this build has no stage %s CUDA kernels (its architecture is not among the CUDA "
+               "architectures): skipped\n", stage);
+        return 1;
+    }
+    const TestShape tiny = {1, 1, 1, 1, 64, 64};
+    const TestFeatures feat = {1, 0};
+    TestProblem x;
+    if (test_problem_make_with(&x, &tiny, &feat, 77u) != 0)
+        return 0; /* out of memory: let the checks report it */
+    AttnTensors t = test_problem_tensors(&x);
+    RunCtx opts;
+    memset(&opts, 0, sizeof opts);
+    RunStats stats;
+    FlError err = {{0}};
+    const int rc = runner_run(impl, DIR_FWD, &x.p, &t, &opts, &stats, &err);
+    test_problem_free(&x);
+    if (rc == FL_NO_DEVICE)
+        printf("%s: skipped\n", err.msg);
+    return rc == FL_NO_DEVICE;
+}
+
 int hbm_driver_main(const HbmDriver *drv, int argc, char **argv)
 {
     Device device;
@@ -115,6 +143,13 @@ int hbm_driver_main(const HbmDriver *drv, int argc, char **argv)
             failures += check_row(drv, &drv->rows[r], &runs);
     printf("%d of %d checks failed\n", failures, runs);
     return failures ? 1 : 0;
+}
+
+int hbm_driver_main_one_arch(const HbmDriver *drv, int argc, char **argv)
+{
+    if (argc == 2 && !strcmp(argv[1], "cuda") && cuda_device_available() && arch_unavailable(drv->stage))
+        return 77;
+    return hbm_driver_main(drv, argc, argv);
 }
 
 /* ---- the paged split-KV decode of stages 11 and 16 ------------------------------------------------ */

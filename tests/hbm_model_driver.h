@@ -106,4 +106,9 @@ typedef struct {
  * after_shapes; prints "F of N checks failed" and returns 0 when none failed, else 1. */
 int hbm_driver_main(const HbmDriver *drv, int argc, char **argv);
 
+/* hbm_driver_main for a stage whose CUDA side is built for one architecture (stages 14 and 18:
+ * sm_90a): in the cuda mode on a machine with a device, 77 first when this build has no CUDA
+ * implementation of the stage or the GPU is not one it runs on. */
+int hbm_driver_main_one_arch(const HbmDriver *drv, int argc, char **argv);
+
 #endif

@@ -276,36 +276,8 @@ done:
     return failed;
 }
 
-/* Stage 18's kernels, like stage 14's, exist only in a build for sm_90a and run only on compute
- * capability 9.0: anywhere else the CUDA row is skipped (77), not failed. */
-static int hopper_unavailable(void)
-{
-    const StageImpl *impl = stage_find("18", DEVICE_CUDA, "");
-    if (!impl) {
-        printf("this build has no stage 18 CUDA kernels (no 90 in the CUDA architectures): skipped\n");
-        return 1;
-    }
-    const TestShape tiny = {1, 1, 1, 1, 64, 64};
-    const TestFeatures feat = {1, 0};
-    TestProblem x;
-    if (test_problem_make_with(&x, &tiny, &feat, 1800u) != 0)
-        return 0; /* out of memory: let the checks below report it */
-    AttnTensors t = test_problem_tensors(&x);
-    RunCtx opts;
-    memset(&opts, 0, sizeof opts);
-    RunStats stats;
-    FlError err = {{0}};
-    const int rc = runner_run(impl, DIR_FWD, &x.p, &t, &opts, &stats, &err);
-    test_problem_free(&x);
-    if (rc == FL_NO_DEVICE)
-        printf("%s: skipped\n", err.msg);
-    return rc == FL_NO_DEVICE;
-}
-
 int main(int argc, char **argv)
 {
-    if (argc == 2 && !strcmp(argv[1], "cuda") && cuda_device_available() && hopper_unavailable())
-        return 77;
     const HbmDriver drv = {"18", models, MODEL_COUNT, SHAPE_COUNT, check_shape, NULL};
-    return hbm_driver_main(&drv, argc, argv);
+    return hbm_driver_main_one_arch(&drv, argc, argv);
 }
