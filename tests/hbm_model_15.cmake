@@ -5,3 +5,4 @@
 # reference; and with W >= T and neither sink tokens nor sinks, stage 12's counters. The cuda test
 # skips (77) without a device.
 add_hbm_model_test(15 tc_window_sinks)
+target_sources(test_hbm_model_15 PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/hbm_model_tc.c) # the shared check

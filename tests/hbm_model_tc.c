@@ -70,3 +70,38 @@ done:
     return failed;
 }
 
+
+int tc_swa_check_shape(const TcSwaTest *t, const TcSwaShape *g, uint64_t seed, const StageImpl *impl,
+                       const HbmModelRow *row, size_t M)
+{
+    const TestFeatures feat = {g->Hkv, g->causal};
+    const TestSwa swa = {g->window, g->sink_tokens, g->sinks};
+    TestProblem x;
+    int failed = 1;
+    if (test_problem_make_swa(&x, &g->s, &feat, &swa, seed) != 0 || test_problem_add_backward(&x, seed + 1) != 0) {
+        fprintf(stderr, "out of memory\n");
+        goto done;
+    }
+    HbmPassCounts got, want;
+    if (hbm_run_model(impl, row, &x, M, &got, &want) != 0)
+        goto done;
+    const double err_fwd = ref_attention_max_error(&x.p, x.o, x.lse, ERR_ABS_REL);
+    const double err_bwd = ref_gradients_max_error_sinks(&x.p, x.dq, x.dk, x.dv, x.dsinks, ERR_ABS_REL);
+    const int counts_ok = hbm_counts_equal(&got.fwd, &want.fwd) && hbm_counts_equal(&got.bwd, &want.bwd);
+    /* |out - ref| / (1 + |ref|) <= tol is the checker's rule with atol = rtol = tol */
+    failed = !counts_ok || !(err_fwd <= check_tolerance(PRECISION_BF16, 0)) ||
+             !(err_bwd <= check_tolerance(PRECISION_BF16, 1));
+    const AttnProblem *p = &x.p;
+    char terms[160];
+    t->describe(p, terms, sizeof terms);
+    printf("stage %s %-4s B=%d Hq=%d Hkv=%d Tq=%d Tk=%d d=%d W=%d S=%d%s%s  %s  err o/lse %.1e  grads %.1e  %s\n",
+           t->stage, device_name(row->device), p->B, p->Hq, p->Hkv, p->Tq, p->Tk, p->d, p->window, p->sink_tokens,
+           p->sinks ? " sinks" : "", p->causal ? " causal" : " full", terms, err_fwd, err_bwd, failed ? "FAIL" : "ok");
+    hbm_print_counts("fwd", &got.fwd, &want.fwd);
+    hbm_print_counts("bwd", &got.bwd, &want.bwd);
+    if (!failed && g->window >= g->s.Tk && !g->sink_tokens && !g->sinks)
+        failed = t->compare_parent(row, &x, &got);
+done:
+    test_problem_free(&x);
+    return failed;
+}

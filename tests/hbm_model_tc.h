@@ -1,7 +1,7 @@
-/* hbm_model_tc.h — what the HBM-model tests of the bf16 tensor-core stages (12 and 14) share: their
- * seven problems, and the check of one problem: both passes' counters equal to the stage's closed
- * form, outputs and gradients within the bf16 tolerance of a float64 reference. Each test keeps its
- * own closed form (the stages' tiles differ). */
+/* hbm_model_tc.h — what the HBM-model tests of the bf16 tensor-core stages share: stages 12 and 14
+ * their seven problems, and all four (12, 14, 15, 18) the check of one problem: both passes'
+ * counters equal to the stage's closed form, outputs and gradients (dsinks too) within the bf16
+ * tolerance of a float64 reference. Each test keeps its own closed form (the stages' tiles differ). */
 #ifndef FLASHLAB_TEST_HBM_MODEL_TC_H
 #define FLASHLAB_TEST_HBM_MODEL_TC_H
 
@@ -33,5 +33,26 @@ typedef void (*TcWalk)(const AttnProblem *p, uint64_t *kf, uint64_t *s);
  * passes. stage names the test in its report. */
 int tc_check_shape(const char *stage, TcWalk walk, uint64_t seed_base, const StageImpl *impl,
                    const HbmModelRow *row, int shape, size_t M);
+
+/* A problem of the window + sinks stages (15 and 18). */
+typedef struct {
+    TestShape s;
+    int Hkv, causal, window, sink_tokens, sinks;
+} TcSwaShape;
+
+/* What such a test adds to the shared check: `describe` writes the stage's closed-form terms for a
+ * problem into buf (printed beside each result); `compare_parent`, called when the window reaches
+ * past every key and there are neither sink tokens nor sinks (the causal mask), runs the parent
+ * stage on the problem and holds the stage's counters `got` to it; 0 when they agree. */
+typedef struct {
+    const char *stage; /* "15" */
+    void (*describe)(const AttnProblem *p, char *buf, size_t len);
+    int (*compare_parent)(const HbmModelRow *row, TestProblem *x, const HbmPassCounts *got);
+} TcSwaTest;
+
+/* Problem g (seeded from seed) run forward and backward by impl, counted against row's model; 0
+ * when it passes. */
+int tc_swa_check_shape(const TcSwaTest *t, const TcSwaShape *g, uint64_t seed, const StageImpl *impl,
+                       const HbmModelRow *row, size_t M);
 
 #endif

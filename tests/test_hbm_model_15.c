@@ -22,13 +22,9 @@
 #include "attn.h"
 #include "check.h"
 #include "hbm_model_driver.h"
+#include "hbm_model_tc.h"
 #include "runner.h"
 #include "test_support.h"
-
-typedef struct {
-    TestShape s;
-    int Hkv, causal, window, sink_tokens, sinks;
-} TcSwaShape;
 
 /* d = dv in {64, 128} (the stage runs no others):
  *   gpt-oss-like: group 8 (Hq = 8, Hkv = 1), T = 300, W = 64, learned sinks (bands skip tiles);
@@ -159,43 +155,17 @@ static int compare_with_stage12(const HbmModelRow *row, TestProblem *x, const Hb
     return !same;
 }
 
-/* One row on one shape: 0 when both passes' counts equal the model and the outputs are within the
- * bf16 tolerance of the float64 reference. */
+/* The closed form's terms of a problem, printed beside its result. */
+static void describe(const AttnProblem *p, char *buf, size_t len)
+{
+    snprintf(buf, len, "K_f=%llu K_b=%llu S=%llu", (unsigned long long)kv_keys_forward(p),
+             (unsigned long long)kv_keys_backward(p), (unsigned long long)q_rows_backward(p));
+}
+
 static int check_shape(const StageImpl *impl, const HbmModelRow *row, int shape, size_t M)
 {
-    const TcSwaShape *g = &shapes[shape];
-    const TestFeatures feat = {g->Hkv, g->causal};
-    const TestSwa swa = {g->window, g->sink_tokens, g->sinks};
-    const uint64_t seed = 1500u + (uint64_t)shape * 17u;
-    TestProblem x;
-    int failed = 1;
-    if (test_problem_make_swa(&x, &g->s, &feat, &swa, seed) != 0 || test_problem_add_backward(&x, seed + 1) != 0) {
-        fprintf(stderr, "out of memory\n");
-        goto done;
-    }
-    HbmPassCounts got, want;
-    if (hbm_run_model(impl, row, &x, M, &got, &want) != 0)
-        goto done;
-    const double err_fwd = ref_attention_max_error(&x.p, x.o, x.lse, ERR_ABS_REL);
-    const double err_bwd = ref_gradients_max_error_sinks(&x.p, x.dq, x.dk, x.dv, x.dsinks, ERR_ABS_REL);
-    const int counts_ok = hbm_counts_equal(&got.fwd, &want.fwd) && hbm_counts_equal(&got.bwd, &want.bwd);
-    /* |out - ref| / (1 + |ref|) <= tol is the checker's rule with atol = rtol = tol */
-    failed = !counts_ok || !(err_fwd <= check_tolerance(PRECISION_BF16, 0)) ||
-             !(err_bwd <= check_tolerance(PRECISION_BF16, 1));
-    const AttnProblem *p = &x.p;
-    printf("stage 15 %-4s B=%d Hq=%d Hkv=%d Tq=%d Tk=%d d=%d W=%d S=%d%s%s  K_f=%llu K_b=%llu S=%llu"
-           "  err o/lse %.1e  grads %.1e  %s\n",
-           device_name(row->device), p->B, p->Hq, p->Hkv, p->Tq, p->Tk, p->d, p->window, p->sink_tokens,
-           p->sinks ? " sinks" : "", p->causal ? " causal" : " full", (unsigned long long)kv_keys_forward(p),
-           (unsigned long long)kv_keys_backward(p), (unsigned long long)q_rows_backward(p), err_fwd, err_bwd,
-           failed ? "FAIL" : "ok");
-    hbm_print_counts("fwd", &got.fwd, &want.fwd);
-    hbm_print_counts("bwd", &got.bwd, &want.bwd);
-    if (!failed && g->window >= g->s.Tk && !g->sink_tokens && !g->sinks)
-        failed = compare_with_stage12(row, &x, &got);
-done:
-    test_problem_free(&x);
-    return failed;
+    static const TcSwaTest test = {"15", describe, compare_with_stage12};
+    return tc_swa_check_shape(&test, &shapes[shape], 1500u + (uint64_t)shape * 17u, impl, row, M);
 }
 
 int main(int argc, char **argv)
