@@ -108,7 +108,7 @@ typedef struct {
     int block_r, block_c;/* tile sizes Br, Bc; 0 = derive from M and d (CPU) or the kernel's own */
     int threads;         /* CPU worker threads, >= 1 */
     int splits;          /* stages 11, 16: key splits per (sequence, kv head); 0 = the stage's heuristic */
-    int blocks;          /* stage 14's forward: thread blocks of its grid, each taking query tiles
+    int blocks;          /* stages 14, 18 forward: thread blocks of its grid, each taking query tiles
                             until none are left; 0 = the variant's choice (one per SM, or a
                             block per tile for "per-tile") */
     int ranks;           /* stage 13: ranks P of the ring (0 = 1) */
