@@ -142,6 +142,16 @@ __device__ __forceinline__ void a_from_c(uint32_t (&a)[4], const float (&c_left)
     a[3] = pack_bf16(c_right[2], c_right[3]);
 }
 
+// 2^x by the hardware's approximate exponential (one MUFU.EX2; results below 2^-126 flush to 0,
+// which no sum of probabilities can see). exp2f also keeps such subnormal results, at the cost of
+// a few more instructions per score.
+__device__ __forceinline__ float fast_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // dst += v for two neighbouring floats (a C fragment's pair) with float32 atomics.
 __device__ __forceinline__ void atomic_add_pair(float *dst, float x, float y)
 {

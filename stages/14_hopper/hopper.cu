@@ -239,16 +239,6 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&
     wgmma_commit();
 }
 
-// 2^x by the hardware's approximate exponential (one MUFU.EX2; results below 2^-126 flush to 0,
-// which no sum of probabilities can see). exp2f also keeps such subnormal results, at the cost of
-// a few more instructions per score.
-__device__ __forceinline__ float fast_exp2(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
 // The online softmax of tile kv0 in base 2 over this thread's two rows (element e of s[n]: row
 // r[e / 2], key kv0 + 8n + 2 t4 + e % 2): S becomes P~ = exp2(S scale log2(e) - m_new) in place,
 // m and l are updated, and alpha[rr] = exp2(m_old - m_new) is what Õ must be scaled by. The
