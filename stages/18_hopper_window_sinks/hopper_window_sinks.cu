@@ -964,6 +964,8 @@ __device__ __forceinline__ uint32_t hidden_pairs(const TcArgs &a, const Keys &w,
 
 // P^T = exp2(S^T scale log2(e) - lse log2(e)) in place, 0 where the mask hides the pair (bits of
 // hidden_pairs); then dS^T = P^T ∘ (dP^T - D) in place of dP^T (P unrounded, as in the reference).
+// Compiled twice, as the forward's softmax: a step the mask does not cut (MASKED false) tests no bit.
+template <bool MASKED>
 __device__ __forceinline__ void probabilities_and_ds(float (&s)[TC_BWD_BLOCK_R / 8][4], float (&dp)[TC_BWD_BLOCK_R / 8][4],
                                                      const float *lse2, const float *dsum, const TcArgs &a,
                                                      const Keys &w, uint32_t hide)
@@ -975,7 +977,7 @@ __device__ __forceinline__ void probabilities_and_ds(float (&s)[TC_BWD_BLOCK_R /
             const int c = 8 * n + 2 * w.t4 + (e & 1); // query row within the tile
             // a row that saw no key (lse = -inf) has P = 0 for every key: the mask covers it
             float p = fast_exp2(fmaf(s[n][e], a.scale_log2, -lse2[c]));
-            if ((hide >> (4 * n + e)) & 1u)
+            if (MASKED && ((hide >> (4 * n + e)) & 1u))
                 p = 0.0f;
             s[n][e] = p;
             /* exercise: begin — dS^T = P^T ∘ (dP^T - D) for element e of tile n (check 18 --device cuda: dq and dk) | stub: dp[n][e] = 0.0f; */
@@ -1064,7 +1066,10 @@ __device__ void consume_bwd(WgBwdSmem<D> &sm, const TcArgs &a, const QueryWalk &
         issue_transposed<D>(s, &sm.k[0][0][0], &sm.q[st][0][0][0], c);   // S^T
         issue_transposed<D>(dp, &sm.v[0][0][0], &sm.dO[st][0][0][0], c); // dP^T
         wgmma_wait<0>();
-        probabilities_and_ds(s, dp, sm.lse2[st], sm.dsum[st], a, w, hide);
+        if (masked) // compiled twice: a whole step's probabilities go through no per-pair test
+            probabilities_and_ds<true>(s, dp, sm.lse2[st], sm.dsum[st], a, w, hide);
+        else
+            probabilities_and_ds<false>(s, dp, sm.lse2[st], sm.dsum[st], a, w, hide);
 
         uint32_t pa[T::NQ / 2][4], dsa[T::NQ / 2][4];
         to_fragments(pa, s);
