@@ -12,8 +12,9 @@
  *                   ST = 2 shared-memory stages with cp.async (the row addresses from the block
  *                   table, one lane per key, looked up a tile ahead), with its own running max,
  *                   sum and O in registers:
- *                     S = Q16 K16^T (BR, 16) by mma.sync, the mask key by key, the online softmax
- *                     in base 2, P rounded to bf16 in registers, O += P V16 by mma.sync.
+ *                     S = Q16 K16^T (BR, 16) by mma.sync, the mask key by key (only on a tile some
+ *                     row does not wholly see: tile_whole), the online softmax in base 2, P rounded
+ *                     to bf16 in registers, O += P V16 by mma.sync.
  *                   At the end of the chunk the warps' (m, l, O) meet in shared memory and merge by
  *                   their maxima (split 0 adds the learned sink logit there), giving the chunk's
  *                   O_s and lse_s: into the workspace, or into o and lse with one split.
@@ -25,7 +26,9 @@
  * about keeping loads in flight while the SM's schedulers always have a warp to run. Tiles of 16
  * keys (8 KiB at d = 128) make a block's ring 64 KiB, so three blocks (12 warps) share an SM where
  * 32-key tiles left room for one (4 warps, a warp per scheduler): measured on an H200 at B = 8,
- * Tk = 32768, 2.9 TB/s with 32-key tiles, 4.1 TB/s with 16 (README, "Speed"). */
+ * Tk = 32768, 2.9 TB/s with 32-key tiles, 4.1 TB/s with 16 (README, "Speed"). Each warp's walk is
+ * a chain of dependent instructions, so the loop keeps few: a copy takes one shuffle and two
+ * address computations, a whole tile no mask, and O is rescaled only when a row's max moved. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -77,26 +80,31 @@ template <int D_, int MT_> struct DecodeTile {
 // Where a tile's keys are: the row index of key number k of the span (numbered across its runs),
 // kv_offset in rows, so the key starts at k + index * d and its value at v + index * dv; -1 for a
 // number at or past `end` (a short last tile). One lane per key: the block table is read once per
-// key row here, not once per 16-byte copy.
-__device__ long long key_row_index(const AttnProblem &p, int b, int kvh, KeySpan span, int k, int end)
+// key row here, not once per 16-byte copy. An int holds any row a GPU can hold: a pool of 2^31
+// rows of at least 128 bytes would be 256 GiB.
+__device__ int key_row_index(const AttnProblem &p, int b, int kvh, KeySpan span, int k, int end)
 {
-    return k < end ? (long long)kv_offset(&p, b, kvh, span_key(span, k), 1) : -1;
+    return k < end ? (int)kv_offset(&p, b, kvh, span_key(span, k), 1) : -1;
 }
 
 // One warp issues the cp.async copies of its tile into a stage: K16_t, V16_t (BC keys, D columns
-// each, swizzled). Key row r comes from the row index lane r holds; a missing row becomes zeros.
+// each, swizzled). Lane l copies 16-byte chunk l % CHUNKS of keys l / CHUNKS, + 32 / CHUNKS, ...,
+// so its chunk (and its column) stays the same and only the key row changes, taken from the row
+// index lane r holds by one shuffle; a missing row becomes zeros.
 template <class T>
-__device__ void load_tile_kv(bf16 *stage, const DecodeArgs &a, long long my_row, int lane)
+__device__ void load_tile_kv(bf16 *stage, const DecodeArgs &a, int my_row, int lane)
 {
-    constexpr int D = T::D, CHUNKS = D / 8;
+    constexpr int D = T::D, CHUNKS = D / 8, KEYS_A_PASS = 32 / CHUNKS;
     bf16 *Ks = stage, *Vs = stage + T::BC * D;
-#pragma unroll 4
-    for (int idx = lane; idx < T::BC * CHUNKS; idx += 32) {
-        const int r = idx / CHUNKS, c = (idx % CHUNKS) * 8;
-        const long long row = __shfl_sync(0xffffffffu, my_row, r);
-        const bool ok = row >= 0;
-        cp_async16(Ks + swizzle<D>(r, c), ok ? a.k + row * D + c : a.k, ok ? 16 : 0);
-        cp_async16(Vs + swizzle<D>(r, c), ok ? a.v + row * D + c : a.v, ok ? 16 : 0);
+    const int c = (lane % CHUNKS) * 8;
+    const bf16 *kc = a.k + c, *vc = a.v + c; // this lane's column of row 0
+#pragma unroll
+    for (int i = 0; i < T::BC / KEYS_A_PASS; i++) {
+        const int r = lane / CHUNKS + KEYS_A_PASS * i;
+        const int row = __shfl_sync(0xffffffffu, my_row, r);
+        const size_t at = (size_t)max(row, 0) * D;
+        cp_async16(Ks + swizzle<D>(r, c), kc + at, row >= 0 ? 16 : 0);
+        cp_async16(Vs + swizzle<D>(r, c), vc + at, row >= 0 ? 16 : 0);
     }
 }
 
@@ -120,10 +128,30 @@ template <class T> struct WarpState {
     float o[T::MT][T::D / 8][4];
 };
 
-// One tile of the warp: S = Q16 K16^T, the mask, the online softmax, O += bf16(P) V16.
+// Whether every row of the block sees every key of the tile [k0, k0 + BC) of the span, so that
+// the tile needs no mask (most tiles of a decode step). Each lane checks its own rows (g and g + 8
+// of each row tile) and the warp agrees. A tile that runs past the chunk or crosses from the sink
+// tokens into the band is masked: its keys are then not consecutive positions.
 template <class T>
-__device__ void tile_step(WarpState<T> &w, const bf16 *Qs, const bf16 *stage, const DecodeArgs &a,
-                          const KeyRuns (&runs)[T::MT][2], KeySpan span, int k0, int end, int lane)
+__device__ bool tile_whole(const KeyRuns (&runs)[T::MT][2], KeySpan span, int k0, int end)
+{
+    const int first = span_key(span, k0), last = span_key(span, k0 + T::BC - 1);
+    bool whole = k0 + T::BC <= end && last - first == T::BC - 1;
+#pragma unroll
+    for (int mt = 0; mt < T::MT; mt++)
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) { // keys [first, last] inside [lo, hi), inside [0, se), or
+            const KeyRuns k = runs[mt][rr]; // the two runs touch (se >= lo) and make [0, hi)
+            whole = whole && last < k.hi && (first >= k.lo || last < k.se || k.se >= k.lo);
+        }
+    return __all_sync(0xffffffffu, whole);
+}
+
+// One tile of the warp: S = Q16 K16^T, the mask (MASKED: key by key; tile_whole said the tile
+// needs none otherwise), the online softmax, O += bf16(P) V16.
+template <class T, bool MASKED>
+__device__ void tile_step_as(WarpState<T> &w, const bf16 *Qs, const bf16 *stage, const DecodeArgs &a,
+                             const KeyRuns (&runs)[T::MT][2], KeySpan span, int k0, int end, int lane)
 {
     constexpr int D = T::D, MT = T::MT;
     const bf16 *Ks = stage, *Vs = stage + T::BC * D;
@@ -161,7 +189,7 @@ __device__ void tile_step(WarpState<T> &w, const bf16 *Qs, const bf16 *stage, co
 #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int k = k0 + 8 * n + 2 * t4 + c;
-            keys[n][c] = k < end ? span_key(span, k) : -1;
+            keys[n][c] = !MASKED ? 0 : k < end ? span_key(span, k) : -1;
         }
     uint32_t pa[MT][KC][4]; // bf16(P) as the A fragments of keys 0..15 (and 16..31)
 #pragma unroll
@@ -176,29 +204,30 @@ __device__ void tile_step(WarpState<T> &w, const bf16 *Qs, const bf16 *stage, co
                 for (int c = 0; c < 2; c++) {
                     float &x = s[mt][n][2 * rr + c];
                     const int key = keys[n][c];
-                    x = key >= 0 && sees(runs[mt][rr], key) ? x * a.scale_log2 : -INFINITY;
+                    x = !MASKED || (key >= 0 && sees(runs[mt][rr], key)) ? x * a.scale_log2 : -INFINITY;
                     mx = fmaxf(mx, x);
                 }
             const float m_new = row_max<4>(mx);
             const float m_ref = m_new == -INFINITY ? 0.0f : m_new; // no key seen yet: P, alpha = 0
-            alpha[rr] = exp2f(w.m[mt][rr] - m_ref);
+            alpha[rr] = fast_exp2(w.m[mt][rr] - m_ref);
             float sum = 0.0f;
 #pragma unroll
             for (int n = 0; n < NB; n++)
 #pragma unroll
                 for (int c = 0; c < 2; c++) {
                     float &x = s[mt][n][2 * rr + c];
-                    x = exp2f(x - m_ref);
+                    x = fast_exp2(x - m_ref);
                     sum += x;
                 }
             w.l[mt][rr] = w.l[mt][rr] * alpha[rr] + sum; // this lane's share; the quad's sum at the end
             w.m[mt][rr] = m_new;
         }
+        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) // some row's max moved
 #pragma unroll
-        for (int n = 0; n < D / 8; n++) {
-            w.o[mt][n][0] *= alpha[0], w.o[mt][n][1] *= alpha[0];
-            w.o[mt][n][2] *= alpha[1], w.o[mt][n][3] *= alpha[1];
-        }
+            for (int n = 0; n < D / 8; n++) {
+                w.o[mt][n][0] *= alpha[0], w.o[mt][n][1] *= alpha[0];
+                w.o[mt][n][2] *= alpha[1], w.o[mt][n][3] *= alpha[1];
+            }
 #pragma unroll
         for (int kc = 0; kc < KC; kc++) // the rounding point of P V
             a_from_c(pa[mt][kc], s[mt][2 * kc], s[mt][2 * kc + 1]);
@@ -217,6 +246,17 @@ __device__ void tile_step(WarpState<T> &w, const bf16 *Qs, const bf16 *stage, co
                 mma_bf16(w.o[mt][2 * n16 + 1], pa[mt][kc], vb[2], vb[3]);
             }
         }
+}
+
+// One tile of the warp, masked key by key only when it needs it: tile_step_as is compiled twice.
+template <class T>
+__device__ __forceinline__ void tile_step(WarpState<T> &w, const bf16 *Qs, const bf16 *stage, const DecodeArgs &a,
+                                          const KeyRuns (&runs)[T::MT][2], KeySpan span, int k0, int end, int lane)
+{
+    if (tile_whole<T>(runs, span, k0, end))
+        tile_step_as<T, false>(w, Qs, stage, a, runs, span, k0, end, lane);
+    else
+        tile_step_as<T, true>(w, Qs, stage, a, runs, span, k0, end, lane);
 }
 
 template <class T>
@@ -270,7 +310,7 @@ __global__ void __launch_bounds__(T::NT, T::MIN_BLOCKS) split_kernel(DecodeArgs 
             load_tile_kv<T>(mine + j * T::STAGE, a, row_of_tile(warp + j * NW), lane);
         cp_async_commit();
     }
-    long long ahead = row_of_tile(warp + (ST - 1) * NW);
+    int ahead = row_of_tile(warp + (ST - 1) * NW);
     cp_async_wait<ST - 1>(); // Q16_i has landed for this thread (the tiles may still be on their way) ...
     __syncthreads();         // ... and for every thread
 
