@@ -8,7 +8,8 @@
 #   that support it, PyTorch SDPA on the same shapes in both directions, non-causal and causal
 #   (tools/sdpa_bench.py), a GQA decode step (stage 08 against stage 07 on K/V repeated to Hq heads,
 #   with the device copy bandwidth beside it), and last the summary tables: ours vs SDPA.
-#   Stage 12 (bf16, tensor cores) is left out of that float32 sweep: its own section benches it,
+#   The bf16 stages are left out of that float32 sweep: 15 and 18 have the gpt-oss section, 16 the
+#   paged decode one, 17 the MLA one, and stage 12 its own section, which benches it
 #   with stage 14 (every variant) where the build has sm_90a (fwd and fwd+bwd, non-causal and
 #   causal, T = 1024,4096,16384, d = 64,128, B = 4, H = 16) beside sdpa_bench.py --dtype bf16
 #   (SDPA's FLASH_ATTENTION and CUDNN_ATTENTION backends) on the same shapes, and tools/tc_report.py
@@ -148,9 +149,9 @@ fi
 
 # ---- benchmark: ours, then PyTorch SDPA on the same shapes -----------------------------------------
 bench_stages=${BENCH_STAGES:-$(echo "$cuda_stages" | paste -sd, -)}
-# stages 09 and 17 (MLA) have their own inputs and shapes, stages 12, 14 and 18 compute in bf16: each has its
-# section below, not this float32 attention sweep
-attention_stages=$(echo "$bench_stages" | tr , '\n' | grep -vx -e 09 -e 12 -e 14 -e 17 -e 18 | paste -sd, -)
+# stages 09 and 17 (MLA) have their own inputs and shapes, stages 12, 14, 15, 16 and 18 compute in bf16: each
+# has its section below (tensor cores, gpt-oss, paged decode), not this float32 attention sweep
+attention_stages=$(echo "$bench_stages" | tr , '\n' | grep -vx -e 09 -e 12 -e 14 -e 15 -e 16 -e 17 -e 18 | paste -sd, -)
 if [ "${SKIP_BENCH:-0}" != 1 ] && [ -n "$attention_stages" ]; then
   step "flashlab bench --device cuda --stages $attention_stages --d 64,128 --reps $REPS $BENCH_ARGS (fwd, then fwd+bwd)"
   # shellcheck disable=SC2086
