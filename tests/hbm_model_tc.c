@@ -32,6 +32,23 @@ uint64_t tc_kv_rows_forward(const AttnProblem *p, int rows, int keys, int from_e
     return sum;
 }
 
+/* Runs one row and the model on x; *failed = 0 when both passes' counts equal the model and the
+ * outputs, gradients and dsinks (where x has sinks) are within the bf16 tolerance of the float64
+ * reference. Non-zero when the run itself did not happen. */
+static int run_and_judge(const StageImpl *impl, const HbmModelRow *row, TestProblem *x, size_t M, HbmPassCounts *got,
+                         HbmPassCounts *want, double *err_fwd, double *err_bwd, int *failed)
+{
+    if (hbm_run_model(impl, row, x, M, got, want) != 0)
+        return 1;
+    *err_fwd = ref_attention_max_error(&x->p, x->o, x->lse, ERR_ABS_REL);
+    *err_bwd = ref_gradients_max_error_sinks(&x->p, x->dq, x->dk, x->dv, x->dsinks, ERR_ABS_REL);
+    const int counts_ok = hbm_counts_equal(&got->fwd, &want->fwd) && hbm_counts_equal(&got->bwd, &want->bwd);
+    /* |out - ref| / (1 + |ref|) <= tol is the checker's rule with atol = rtol = tol */
+    *failed = !counts_ok || !(*err_fwd <= check_tolerance(PRECISION_BF16, 0)) ||
+              !(*err_bwd <= check_tolerance(PRECISION_BF16, 1));
+    return 0;
+}
+
 /* One row on one shape: 0 when both passes' counts equal the model and the outputs are within the
  * bf16 tolerance of the float64 reference. */
 int tc_check_shape(const char *stage, TcWalk walk, uint64_t seed_base, const StageImpl *impl,
@@ -47,14 +64,9 @@ int tc_check_shape(const char *stage, TcWalk walk, uint64_t seed_base, const Sta
         goto done;
     }
     HbmPassCounts got, want;
-    if (hbm_run_model(impl, row, &x, M, &got, &want) != 0)
+    double err_fwd, err_bwd;
+    if (run_and_judge(impl, row, &x, M, &got, &want, &err_fwd, &err_bwd, &failed) != 0)
         goto done;
-    const double err_fwd = ref_attention_max_error(&x.p, x.o, x.lse, ERR_ABS_REL);
-    const double err_bwd = ref_gradients_max_error(&x.p, x.dq, x.dk, x.dv, ERR_ABS_REL);
-    const int counts_ok = hbm_counts_equal(&got.fwd, &want.fwd) && hbm_counts_equal(&got.bwd, &want.bwd);
-    /* |out - ref| / (1 + |ref|) <= tol is the checker's rule with atol = rtol = tol */
-    failed = !counts_ok || !(err_fwd <= check_tolerance(PRECISION_BF16, 0)) ||
-             !(err_bwd <= check_tolerance(PRECISION_BF16, 1));
     const AttnProblem *p = &x.p;
     uint64_t kf, s;
     walk(p, &kf, &s);
@@ -83,14 +95,9 @@ int tc_swa_check_shape(const TcSwaTest *t, const TcSwaShape *g, uint64_t seed, c
         goto done;
     }
     HbmPassCounts got, want;
-    if (hbm_run_model(impl, row, &x, M, &got, &want) != 0)
+    double err_fwd, err_bwd;
+    if (run_and_judge(impl, row, &x, M, &got, &want, &err_fwd, &err_bwd, &failed) != 0)
         goto done;
-    const double err_fwd = ref_attention_max_error(&x.p, x.o, x.lse, ERR_ABS_REL);
-    const double err_bwd = ref_gradients_max_error_sinks(&x.p, x.dq, x.dk, x.dv, x.dsinks, ERR_ABS_REL);
-    const int counts_ok = hbm_counts_equal(&got.fwd, &want.fwd) && hbm_counts_equal(&got.bwd, &want.bwd);
-    /* |out - ref| / (1 + |ref|) <= tol is the checker's rule with atol = rtol = tol */
-    failed = !counts_ok || !(err_fwd <= check_tolerance(PRECISION_BF16, 0)) ||
-             !(err_bwd <= check_tolerance(PRECISION_BF16, 1));
     const AttnProblem *p = &x.p;
     char terms[160];
     t->describe(p, terms, sizeof terms);
