@@ -152,6 +152,22 @@ __device__ __forceinline__ float fast_exp2(float x)
     return y;
 }
 
+// A C fragment's 8-column block as quads, for 16-byte stores or vector atomics: lane t4 = lane % 4
+// holds columns 2 t4, 2 t4 + 1 of row g (x0, y0) and of row g + 8 (x1, y1); lanes t4 and t4 ^ 1 swap
+// a pair (one shuffle each way), after which the even lane holds columns 4 (t4 / 2) .. + 3 of row g
+// and the odd lane the same four of row g + 8 (fragment_quad_row says which). Every lane of the
+// warp must call it.
+__device__ __forceinline__ float4 fragment_quad(int t4, float x0, float y0, float x1, float y1)
+{
+    const bool odd = t4 & 1;
+    const float rx = __shfl_xor_sync(0xffffffffu, odd ? x0 : x1, 1); // the pair the other lane keeps
+    const float ry = __shfl_xor_sync(0xffffffffu, odd ? y0 : y1, 1);
+    return odd ? make_float4(rx, ry, x1, y1) : make_float4(x0, y0, rx, ry);
+}
+// The quad's row (0: g, 8: g + 8) and first column within the 8-column block.
+__device__ __forceinline__ int fragment_quad_row(int t4) { return 8 * (t4 & 1); }
+__device__ __forceinline__ int fragment_quad_col(int t4) { return 4 * (t4 >> 1); }
+
 // dst += v for two neighbouring floats (a C fragment's pair) with float32 atomics.
 __device__ __forceinline__ void atomic_add_pair(float *dst, float x, float y)
 {

@@ -727,6 +727,11 @@ template <int D> struct WgBwdTile {
     static constexpr int NSTAGE = 3;
     static constexpr int CBLK = D / 64, NO = D / 8, NQ = BR / 8; // 64-column blocks; 8-column blocks
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS == 3 ? 160 : 240;
+    // dQ's adds by 16-byte vector atomics (add_dq), half as many instructions as pairs: 6 % off
+    // the forward + backward at d = 128 (H200, B 8, H 16, T 4096). At d = 64 the shuffles that
+    // gather the quads cost registers the three consumers of 160 do not have (the kernel spilled
+    // 48 bytes, was 8) and it was 5-8 % slower causal, so there the pairs stay.
+    static constexpr bool QUAD_ATOMICS = CONSUMERS == 2;
 };
 
 template <int D> struct WgBwdSmem {
@@ -889,25 +894,36 @@ __device__ __forceinline__ void store_ds_transposed(bf16 (&dst)[TC_BWD_WG_KEYS][
         }
 }
 
-// dQ_i += scale dQ_c in the 8-column blocks [nlo, nhi): rows q0 + 16 warp + g (+ 8) of head hq.
+// dQ_i += scale dQ_c: rows q0 + 16 warp + g (+ 8) of head hq, a vector atomic per 4 columns
+// (fragment_quad gathers them) or per 2 (a fragment's own pairs), as WgBwdTile chooses.
 template <int D>
-__device__ __forceinline__ void add_dq(const TcArgs &a, const float (&dq)[D / 8][4], const Keys &w, int hq, int q0,
-                                       int nlo, int nhi)
+__device__ __forceinline__ void add_dq(const TcArgs &a, const float (&dq)[D / 8][4], const Keys &w, int hq, int q0)
 {
+    const int row0 = q0 + 16 * w.warp + w.g;
+    if constexpr (WgBwdTile<D>::QUAD_ATOMICS) {
+        const int row = row0 + fragment_quad_row(w.t4);
+        float *dst = a.dQ + ((size_t)hq * a.Tq + row) * D + fragment_quad_col(w.t4);
 #pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        const int row = q0 + 16 * w.warp + w.g + 8 * rr;
-        if (row >= a.Tq)
-            continue;
-        float *dst = a.dQ + ((size_t)hq * a.Tq + row) * D + 2 * w.t4;
+        for (int n = 0; n < D / 8; n++) {
+            const float4 v = fragment_quad(w.t4, a.scale * dq[n][0], a.scale * dq[n][1], a.scale * dq[n][2],
+                                           a.scale * dq[n][3]);
+            if (row < a.Tq)
+                atomicAdd(reinterpret_cast<float4 *>(dst + 8 * n), v);
+        }
+    } else {
 #pragma unroll
-        for (int n = 0; n < D / 8; n++)
-            if (n >= nlo && n < nhi)
+        for (int rr = 0; rr < 2; rr++) {
+            if (row0 + 8 * rr >= a.Tq)
+                continue;
+            float *dst = a.dQ + ((size_t)hq * a.Tq + row0 + 8 * rr) * D + 2 * w.t4;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++)
                 atomic_add_pair(dst + 8 * n, a.scale * dq[n][2 * rr], a.scale * dq[n][2 * rr + 1]);
+        }
     }
     if (threadIdx.x % 128 == 0) {
         const unsigned long long rows = min(TC_BWD_BLOCK_R, a.Tq - q0);
-        const unsigned long long bytes = rows * 8 * (nhi - nlo) * sizeof(float);
+        const unsigned long long bytes = rows * D * sizeof(float);
         hbm_dev_add(a.hbm, HBM_READ, bytes); // dQ: read-modify-write
         hbm_dev_add(a.hbm, HBM_WRITTEN, bytes);
     }
@@ -957,7 +973,7 @@ __device__ void consume_bwd(WgBwdSmem<D> &sm, const TcArgs &a, const QueryWalk &
         wgmma_commit();
         wgmma_wait<1>(); // dQ_c is done (groups finish in order): add it to HBM while dK runs
         if (keys > 0) // its own share (none without keys: dS is all zero)
-            add_dq<D>(a, dq, w, hq, q0, 0, T::NO);
+            add_dq<D>(a, dq, w, hq, q0);
         wgmma_wait<0>();
         mbar_arrive(&sm.q_empty[st]); // every thread: its reads of lse_i, D_i are over (with one arrive
                                       // per warp after __syncwarp racecheck reported hazards: README)

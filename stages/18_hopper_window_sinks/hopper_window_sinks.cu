@@ -734,31 +734,56 @@ __global__ void __launch_bounds__(inline_threads<D>(), 1)
 //   dV = P^T dO              (Tk, D)    dP = dO V^T (Tq, Tk)    dS = P ∘ (dP - D)
 //   dK = scale dS^T Q        (Tk, D)    dQ = scale dS K (Tq, D)
 
-// D = rowsum(dO ∘ O), one warp per query row (dO in bf16 as the kernels read it, O in float32),
-// 0 for a row that sees no key (its o is 0; a NaN in its dO must not reach dsinks). With learned
-// sinks the same pass sums dsinks_h = -sum over the rows of P_sink D, P_sink = exp2(s_h log2(e) -
-// lse log2(e)) (lse includes the sink): a block holds D_ROWS rows of one head (grid: row blocks,
-// heads) and adds their share with one atomic.
+// D = rowsum(dO ∘ O) (dO in bf16 as the kernels read it, O in float32), 0 for a row that sees no
+// key (its o is 0; a NaN in its dO must not reach dsinks), and dq = 0 for the backward kernel's
+// adds. A block holds D_ROWS rows of one head (grid: row blocks, heads); each row goes to D / 8
+// neighbouring threads of 8 columns (one 16-byte load of dO, two of O), and a thread issues the
+// loads of all its rows before it sums any, so that many loads are in flight. With learned sinks
+// the same pass sums dsinks_h = -sum over the rows of P_sink D, P_sink = exp2(s_h log2(e) - lse
+// log2(e)) (lse includes the sink), and the block adds its rows' share with one atomic.
 constexpr int D_ROWS = 64, D_WARPS = 8;
 
 template <int D> __global__ void __launch_bounds__(32 * D_WARPS) bwd_d_kernel(TcArgs a)
 {
+    constexpr int LANES = D / 8, PASS_ROWS = 32 * D_WARPS / LANES, PASSES = D_ROWS / PASS_ROWS;
     __shared__ float share[D_WARPS];
     const int bh = blockIdx.y, h = bh % a.Hq, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int i0 = blockIdx.x * D_ROWS, rows = min(D_ROWS, a.Tq - i0);
-    float sink_share = 0.0f; // this warp's rows' -P_sink D (lane 0)
-    for (int i = i0 + warp; i < i0 + rows; i += D_WARPS) {
+    const int i0 = blockIdx.x * D_ROWS, rows = min(D_ROWS, a.Tq - i0), c0 = lane % LANES * 8;
+    uint4 dO8[PASSES];     // 8 bf16 of dO per row
+    float4 o8[PASSES][2]; // 8 floats of O per row
+#pragma unroll
+    for (int k = 0; k < PASSES; k++) {
+        const int r = k * PASS_ROWS + threadIdx.x / LANES; // row i0 + r
+        if (r < rows) {
+            const size_t at = ((size_t)bh * a.Tq + i0 + r) * D + c0;
+            dO8[k] = *reinterpret_cast<const uint4 *>(a.dO + at);
+            o8[k][0] = *reinterpret_cast<const float4 *>(a.o + at);
+            o8[k][1] = *reinterpret_cast<const float4 *>(a.o + at + 4);
+            const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            *reinterpret_cast<float4 *>(a.dQ + at) = zero;
+            *reinterpret_cast<float4 *>(a.dQ + at + 4) = zero;
+        }
+    }
+    float sink_share = 0.0f; // this thread's rows' -P_sink D (the first thread of each row)
+#pragma unroll
+    for (int k = 0; k < PASSES; k++) {
+        const int r = k * PASS_ROWS + threadIdx.x / LANES, i = i0 + r;
         const size_t row = (size_t)bh * a.Tq + i;
         float acc = 0.0f;
-        if (tc_visible(tc_row_runs(a.mask, i)) > 0)
+        if (r < rows && tc_visible(tc_row_runs(a.mask, i)) > 0) {
+            const __nv_bfloat162 *d2 = reinterpret_cast<const __nv_bfloat162 *>(&dO8[k]);
+            const float *o = reinterpret_cast<const float *>(o8[k]);
 #pragma unroll
-            for (int c = lane; c < D; c += 32)
-                acc = fmaf(__bfloat162float(a.dO[row * D + c]), a.o[row * D + c], acc);
-        acc = row_sum<32>(acc);
-        if (lane == 0) {
+            for (int c = 0; c < 4; c++) {
+                const float2 g = __bfloat1622float2(d2[c]);
+                acc = fmaf(g.x, o[2 * c], fmaf(g.y, o[2 * c + 1], acc));
+            }
+        }
+        acc = row_sum<LANES>(acc);
+        if (r < rows && c0 == 0) {
             a.D[row] = acc;
             if (a.sinks)
-                /* exercise: begin — dsinks: row `row` of head h adds -P_sink D to this warp's share, P_sink = exp2(s_h log2(e) - lse log2(e)) from the forward's lse (check 18 --device cuda: dsinks.npy of the tc_*sinks* backward cases) | stub: sink_share += 0.0f; */
+                /* exercise: begin — dsinks: row `row` of head h adds -P_sink D to this thread's share, P_sink = exp2(s_h log2(e) - lse log2(e)) from the forward's lse (check 18 --device cuda: dsinks.npy of the tc_*sinks* backward cases) | stub: sink_share += 0.0f; */
                 sink_share -= exp2f((a.sinks[h] - a.lse[row]) * kLog2e) * acc;
                 /* exercise: end */
         }
@@ -766,10 +791,11 @@ template <int D> __global__ void __launch_bounds__(32 * D_WARPS) bwd_d_kernel(Tc
     if (threadIdx.x == 0) {
         const unsigned long long lse_bytes = a.sinks ? sizeof(float) : 0;
         hbm_dev_add(a.hbm, HBM_READ, (unsigned long long)rows * (D * (sizeof(bf16) + sizeof(float)) + lse_bytes));
-        hbm_dev_add(a.hbm, HBM_WRITTEN, (unsigned long long)rows * sizeof(float));
+        hbm_dev_add(a.hbm, HBM_WRITTEN, (unsigned long long)rows * (1 + D) * sizeof(float)); // D, dq = 0
     }
     if (!a.sinks)
         return;
+    sink_share = row_sum<32>(sink_share);
     if (lane == 0)
         share[warp] = sink_share;
     __syncthreads();
@@ -828,6 +854,11 @@ template <int D> struct WgBwdTile {
     static constexpr int NSTAGE = 3;
     static constexpr int CBLK = D / 64, NO = D / 8, NQ = BR / 8; // 64-column blocks; 8-column blocks
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS == 3 ? 160 : 240;
+    // dQ's adds by 16-byte vector atomics (add_dq), half as many instructions as pairs: 6 % off
+    // the forward + backward at d = 128 (H200, B 8, H 16, T 4096). At d = 64 the shuffles that
+    // gather the quads cost registers the three consumers of 160 do not have (the kernel spilled
+    // 48 bytes, was 8) and it was 5-8 % slower causal, so there the pairs stay.
+    static constexpr bool QUAD_ATOMICS = CONSUMERS == 2;
 };
 
 template <int D> struct WgBwdSmem {
@@ -1010,25 +1041,36 @@ __device__ __forceinline__ void store_ds_transposed(bf16 (&dst)[TC_BWD_WG_KEYS][
         }
 }
 
-// dQ_i += scale dQ_c in the 8-column blocks [nlo, nhi): rows q0 + 16 warp + g (+ 8) of head hq.
+// dQ_i += scale dQ_c: rows q0 + 16 warp + g (+ 8) of head hq, a vector atomic per 4 columns
+// (fragment_quad gathers them) or per 2 (a fragment's own pairs), as WgBwdTile chooses.
 template <int D>
-__device__ __forceinline__ void add_dq(const TcArgs &a, const float (&dq)[D / 8][4], const Keys &w, int hq, int q0,
-                                       int nlo, int nhi)
+__device__ __forceinline__ void add_dq(const TcArgs &a, const float (&dq)[D / 8][4], const Keys &w, int hq, int q0)
 {
+    const int row0 = q0 + 16 * w.warp + w.g;
+    if constexpr (WgBwdTile<D>::QUAD_ATOMICS) {
+        const int row = row0 + fragment_quad_row(w.t4);
+        float *dst = a.dQ + ((size_t)hq * a.Tq + row) * D + fragment_quad_col(w.t4);
 #pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        const int row = q0 + 16 * w.warp + w.g + 8 * rr;
-        if (row >= a.Tq)
-            continue;
-        float *dst = a.dQ + ((size_t)hq * a.Tq + row) * D + 2 * w.t4;
+        for (int n = 0; n < D / 8; n++) {
+            const float4 v = fragment_quad(w.t4, a.scale * dq[n][0], a.scale * dq[n][1], a.scale * dq[n][2],
+                                           a.scale * dq[n][3]);
+            if (row < a.Tq)
+                atomicAdd(reinterpret_cast<float4 *>(dst + 8 * n), v);
+        }
+    } else {
 #pragma unroll
-        for (int n = 0; n < D / 8; n++)
-            if (n >= nlo && n < nhi)
+        for (int rr = 0; rr < 2; rr++) {
+            if (row0 + 8 * rr >= a.Tq)
+                continue;
+            float *dst = a.dQ + ((size_t)hq * a.Tq + row0 + 8 * rr) * D + 2 * w.t4;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++)
                 atomic_add_pair(dst + 8 * n, a.scale * dq[n][2 * rr], a.scale * dq[n][2 * rr + 1]);
+        }
     }
     if (threadIdx.x % 128 == 0) {
         const unsigned long long rows = min(TC_BWD_BLOCK_R, a.Tq - q0);
-        const unsigned long long bytes = rows * 8 * (nhi - nlo) * sizeof(float);
+        const unsigned long long bytes = rows * D * sizeof(float);
         hbm_dev_add(a.hbm, HBM_READ, bytes); // dQ: read-modify-write
         hbm_dev_add(a.hbm, HBM_WRITTEN, bytes);
     }
@@ -1090,7 +1132,7 @@ __device__ void consume_bwd(WgBwdSmem<D> &sm, const TcArgs &a, const QueryWalk &
         issue_from_registers<D>(dk, dsa, &sm.q[st][0][0][0]); // dK_c += dS^T Q_i
         wgmma_commit();
         wgmma_wait<1>(); // dQ_c is done (groups finish in order): add it to HBM while dK runs
-        add_dq<D>(a, dq, w, hq, q0, 0, T::NO);  // its own share
+        add_dq<D>(a, dq, w, hq, q0);  // its own share
         wgmma_wait<0>();
         mbar_arrive(&sm.q_empty[st]); // every thread: its reads of lse_i, D_i are over (with one arrive
                                       // per warp after __syncwarp racecheck reported hazards: README)
@@ -1336,18 +1378,14 @@ static size_t tc_workspace_bytes(const AttnProblem *p, const RunCtx *ctx, Direct
     return dir == DIR_BWD ? (size_t)p->B * p->Hq * p->Tq * sizeof(float) : sizeof(int);
 }
 
-// dq = 0 (the kernel adds into it), then D and the backward kernel for the head dim.
+// dsinks = 0 (the D pass adds into it), then D (and dq = 0) and the backward kernel for the head dim.
 static int tc_backward(const AttnProblem *p, AttnTensors *t, RunCtx *ctx, FlError *err)
 {
     int rc = tc_validate(p, 1, err);
     if (rc != FL_OK || p->Tq <= 0 || p->Tk <= 0 || p->B <= 0 || p->Hq <= 0)
         return rc;
     const TcArgs a = tc_args(p, t, ctx);
-    const size_t dq_bytes = (size_t)p->B * p->Hq * p->Tq * p->d * sizeof(float);
-    rc = fl_cuda_status(cudaMemsetAsync(t->dq, 0, dq_bytes), "zeroing dq", err); // atomics add into it
-    if (rc == FL_OK)
-        rc = hbm_dev_add_from_host(a.hbm, 0, dq_bytes, err);
-    if (rc == FL_OK && p->sinks) { // dsinks too; the sink logits are read and dsinks written once
+    if (p->sinks) { // dsinks = 0; the sink logits are read and dsinks written once
         const size_t sink_bytes = (size_t)p->Hq * sizeof(float);
         rc = fl_cuda_status(cudaMemsetAsync(t->dsinks, 0, sink_bytes), "zeroing dsinks", err);
         if (rc == FL_OK)
