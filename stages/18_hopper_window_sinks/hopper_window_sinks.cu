@@ -856,8 +856,8 @@ template <int D> struct WgBwdTile {
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS == 3 ? 160 : 240;
     // dQ's adds by 16-byte vector atomics (add_dq), half as many instructions as pairs: 6 % off
     // the forward + backward at d = 128 (H200, B 8, H 16, T 4096). At d = 64 the shuffles that
-    // gather the quads cost registers the three consumers of 160 do not have (the kernel spilled
-    // 48 bytes, was 8) and it was 5-8 % slower causal, so there the pairs stay.
+    // gather the quads cost registers the three consumers of 160 do not have (spill loads 8 -> 56
+    // bytes) and it was 8 % slower causal, so there the pairs stay.
     static constexpr bool QUAD_ATOMICS = CONSUMERS == 2;
 };
 
