@@ -314,4 +314,15 @@ template <int N> __device__ __forceinline__ void regs_release() { asm volatile("
 // The warpgroup asks for N registers per thread (consumers holding accumulators).
 template <int N> __device__ __forceinline__ void regs_acquire() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N)); }
 
+// Whether a block of one producer warpgroup and `consumers` consumer warpgroups may move to these
+// counts. The block's pool is what its launch gave it: threads x the kernel's count, which for a
+// kernel with setmaxnreg ptxas makes the most 64 K / threads allows, rounded down to a multiple of 8
+// (168 at 384 threads, 128 at 512). Asking for more than the pool holds does not fail: the
+// consumers' setmaxnreg.inc waits for registers that never come, and the kernel hangs.
+constexpr bool regs_fit(int consumers, int producer_regs, int consumer_regs)
+{
+    const int threads = 128 * (1 + consumers), per_thread = 65536 / threads / 8 * 8;
+    return 128 * producer_regs + 128 * consumers * consumer_regs <= threads * per_thread;
+}
+
 #endif

@@ -96,8 +96,9 @@ template <int D> struct FwdTile {
     // 64 KiB each and Q_i fill 224 of the 227 KiB of shared memory a block may have
     static constexpr int NSTAGE = D == 64 ? 4 : 3;
     static constexpr int CBLK = D / 64, NO = D / 8; // 64-column blocks of a tile; 8-column blocks of O
-    // Registers per thread after setmaxnreg: 128 x 24 + CONSUMERS x 128 x CONSUMER_REGS <= 64 K
+    // Registers per thread after setmaxnreg, within the block's pool (regs_fit, common/hopper.cuh)
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS == 3 ? 160 : 240;
+    static_assert(regs_fit(CONSUMERS, PRODUCER_REGS, CONSUMER_REGS), "more registers than the block has");
 };
 
 template <int D> struct FwdSmem {
@@ -727,6 +728,7 @@ template <int D> struct WgBwdTile {
     static constexpr int NSTAGE = 3;
     static constexpr int CBLK = D / 64, NO = D / 8, NQ = BR / 8; // 64-column blocks; 8-column blocks
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS == 3 ? 160 : 240;
+    static_assert(regs_fit(CONSUMERS, PRODUCER_REGS, CONSUMER_REGS), "more registers than the block has");
     // dQ's adds by 16-byte vector atomics (add_dq), half as many instructions as pairs: 6 % off
     // the forward + backward at d = 128 (H200, B 8, H 16, T 4096). At d = 64 the shuffles that
     // gather the quads cost registers the three consumers of 160 do not have (spill loads 16 -> 32
