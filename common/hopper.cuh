@@ -51,6 +51,18 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p)
     return (uint32_t)__cvta_generic_to_shared(p);
 }
 
+// The block's dynamic shared memory as a Smem struct whose tiles need 1024-byte alignment (the
+// 128-byte swizzle repeats every 1024 bytes; the launch asks for sizeof(Smem) + 1024 bytes). The
+// base is moved by an offset from the __shared__ array rather than rounded as an integer, so the
+// compiler still knows the struct lies in shared memory: its plain loads and stores become LDS and
+// STS with 32-bit addresses, not generic LD / ST with 64-bit ones.
+template <typename Smem> __device__ __forceinline__ Smem &aligned_smem()
+{
+    extern __shared__ __align__(16) uint8_t smem_raw[];
+    const uint32_t pad = (1024u - smem_addr(smem_raw) % 1024u) % 1024u;
+    return *reinterpret_cast<Smem *>(smem_raw + pad);
+}
+
 // ---- mbarrier --------------------------------------------------------------------------------------
 
 // Initialises the barrier at bar for `count` arriving threads per phase. One thread calls it; then

@@ -133,15 +133,6 @@ template <int D> __device__ __forceinline__ FwdWork fwd_work(const TcArgs &a, in
     return {tile / per_head, end - BR, ceil_div(tc_keys_seen(a.causal, a.Tq, a.Tk, end - 1), TC_FWD_BLOCK_C)};
 }
 
-// The dynamic shared memory of a block as a Smem struct whose tiles need 1024-byte alignment (the
-// 128-byte swizzle repeats every 1024 bytes).
-template <typename Smem> __device__ __forceinline__ Smem &aligned_smem()
-{
-    extern __shared__ uint8_t smem_raw[];
-    const uintptr_t base = (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023);
-    return *reinterpret_cast<Smem *>(base);
-}
-
 // The producer's thread, for one query tile: Q_i's 64-row parts, then K_j and V_j of every key tile,
 // each as D / 64 boxes of 64 columns. Tensor maps view q as B * Hq matrices of Tq rows and k, v as
 // B * Hkv matrices of Tk rows, so a box past a head's last row is zero-filled, never the next head's

@@ -315,8 +315,7 @@ __device__ void store_rows(const float (&o)[128], const float (&m)[2], const flo
 __global__ void __launch_bounds__(NT, 1)
     latent_attention_kernel(const __grid_constant__ Maps maps, LatentArgs a)
 {
-    extern __shared__ uint8_t smem_raw[];
-    Smem &sm = *reinterpret_cast<Smem *>(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    Smem &sm = aligned_smem<Smem>();
     const Item it = item_of(a);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4, c = threadIdx.x / 128;
     if (threadIdx.x == 0) {
