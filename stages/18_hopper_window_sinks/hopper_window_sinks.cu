@@ -849,8 +849,8 @@ template <int D> struct WgBwdTile {
     static_assert(regs_fit(CONSUMERS, PRODUCER_REGS, CONSUMER_REGS), "more registers than the block has");
     // dQ's adds by 16-byte vector atomics (add_dq), half as many instructions as pairs: 6 % off
     // the forward + backward at d = 128 (H200, B 8, H 16, T 4096). At d = 64 the shuffles that
-    // gather the quads cost registers the three consumers of 160 do not have (spill loads 8 -> 56
-    // bytes) and it was 8 % slower causal, so there the pairs stay.
+    // gather the quads fit in the three consumers' 160 registers (no spills) and still cost more
+    // than they save: 1 % slower (gpt-oss, and causal at d = 64), so there the pairs stay.
     static constexpr bool QUAD_ATOMICS = CONSUMERS == 2;
 };
 
