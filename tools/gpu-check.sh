@@ -57,6 +57,10 @@
 #                         Hkv = 8, d = 128, Tq = 1, for each B of PAGED_B and T of PAGED_T)
 #   PAGED_B="1 8 64"  PAGED_T=4096,32768,131072   its sizes;  SKIP_PAGED_SDPA=1  without SDPA
 #   REPS=10               timed runs per shape (flashlab and SDPA)
+#   CMD_TIMEOUT=600       seconds any one GPU command may run (flashlab, compute-sanitizer, ncu, the
+#                         PyTorch scripts, and each ctest test): a kernel that never returns (a
+#                         barrier waited on for ever) costs that command, reported as exit 124, and
+#                         the run goes on
 # Exit status: 0 when every part that ran passed, else 1.
 set -uo pipefail
 
@@ -103,14 +107,25 @@ tail -3 "$OUT/build.log"
 if [ $status -ne 0 ]; then
   echo "build failed; see $OUT/build.log"; tail -40 "$OUT/build.log"; exit 1
 fi
-FLASHLAB=$BUILD_DIR/flashlab
+# Every GPU command runs under `guard`: past CMD_TIMEOUT seconds it is stopped (exit 124, with a
+# line saying so) instead of holding up the rest of the run. "$FLASHLAB" is flashlab under it.
+CMD_TIMEOUT=${CMD_TIMEOUT:-600}
+guard() {
+  timeout -k 10 "$CMD_TIMEOUT" "$@"
+  local status=$?
+  [ $status -eq 124 ] && echo "gpu-check: stopped after $CMD_TIMEOUT s (a hung kernel?): $*" >&2
+  return $status
+}
+FLASHLAB_BIN=$BUILD_DIR/flashlab
+flashlab_guarded() { guard "$FLASHLAB_BIN" "$@"; }
+FLASHLAB=flashlab_guarded
 cuda_stages=$("$FLASHLAB" list | awk '$3 == "cuda" { print $1 }' | sort -u)
 
 # ---- tests ----------------------------------------------------------------------------------------
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   step "ctest -L gpu ${CTEST_ARGS:-}"
   # shellcheck disable=SC2086
-  (cd "$BUILD_DIR" && ctest -L gpu --output-on-failure ${CTEST_ARGS:-}) >"$OUT/ctest.log" 2>&1
+  (cd "$BUILD_DIR" && ctest -L gpu --output-on-failure --timeout "$CMD_TIMEOUT" ${CTEST_ARGS:-}) >"$OUT/ctest.log" 2>&1
   status=$?; record "ctest -L gpu" $status
   grep -E "tests passed|Failed|\*\*\*|Skipped" "$OUT/ctest.log" | tail -15
 fi
@@ -130,7 +145,7 @@ if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
     variant=$([ "$v" = "-" ] && echo "" || echo "$v")
     for tool in memcheck racecheck; do
       # shellcheck disable=SC2086
-      compute-sanitizer --tool $tool --error-exitcode 9 "$FLASHLAB" check "$s" --device cuda --variant "$variant" \
+      guard compute-sanitizer --tool $tool --error-exitcode 9 "$FLASHLAB_BIN" check "$s" --device cuda --variant "$variant" \
         ${SANITIZE_ARGS:-} >>"$OUT/sanitizer.log" 2>&1
       status=$?
       printf '%-10s stage %s %-13s: %s\n' "$tool" "$s" "${variant:-(default)}" "$([ $status -eq 0 ] && echo clean || echo "FAILED (exit $status)")" |
@@ -191,11 +206,11 @@ if [ "${SKIP_SDPA:-0}" != 1 ] && [ -n "$attention_stages" ]; then # the referenc
     [ -n "$value" ] && sdpa_args+=("$flag" "$value")
   done
   for direction in fwd bwd; do
-    PYTHONUNBUFFERED=1 python3 tools/sdpa_bench.py --direction $direction --reps "$REPS" "${sdpa_args[@]}" \
+    PYTHONUNBUFFERED=1 guard python3 tools/sdpa_bench.py --direction $direction --reps "$REPS" "${sdpa_args[@]}" \
       --json "$OUT/sdpa_$direction.json"
     record "sdpa_bench $direction" $?
     if [ "${SKIP_CAUSAL:-0}" != 1 ]; then
-      PYTHONUNBUFFERED=1 python3 tools/sdpa_bench.py --causal --direction $direction --reps "$REPS" \
+      PYTHONUNBUFFERED=1 guard python3 tools/sdpa_bench.py --causal --direction $direction --reps "$REPS" \
         "${sdpa_args[@]}" --json "$OUT/sdpa_causal_$direction.json"
       record "sdpa_bench causal $direction" $?
     fi
@@ -211,7 +226,7 @@ if [ "${SKIP_DECODE:-0}" != 1 ] && in_list 08 "$bench_stages"; then
   # shellcheck disable=SC2086
   "$FLASHLAB" bench --device cuda --stages 07 $repeated --reps "$REPS" --json >"$OUT/decode_07.json"
   record "decode bench 07" $?
-  python3 tools/sdpa_bench.py --copy-bandwidth --json "$OUT/copy_bandwidth.json"
+  guard python3 tools/sdpa_bench.py --copy-bandwidth --json "$OUT/copy_bandwidth.json"
   record "copy bandwidth" $?
   python3 - "$OUT/copy_bandwidth.json" "$OUT/decode_08.json" "$OUT/decode_07.json" <<'PY' | tee "$OUT/decode.txt"
 import json, sys
@@ -245,7 +260,7 @@ if [ -s "$OUT/bench.json" ] && [ -s "$OUT/sdpa_fwd.json" ]; then
   for f in "$OUT/sdpa_bwd.json" "$OUT/sdpa_causal_fwd.json" "$OUT/sdpa_causal_bwd.json"; do
     [ -s "$f" ] && sdpa_files+=("$f")
   done
-  python3 tools/sdpa_bench.py --compare "$OUT/bench.json" "${sdpa_files[@]}" | tee "$OUT/summary.txt"
+  guard python3 tools/sdpa_bench.py --compare "$OUT/bench.json" "${sdpa_files[@]}" | tee "$OUT/summary.txt"
 fi
 
 # ---- tensor cores: stage 12 (and 14 on Hopper) in bf16 beside SDPA's FA2 and cuDNN backends -----
@@ -279,7 +294,7 @@ if [ "${SKIP_TC:-0}" != 1 ] && in_list 12 "$bench_stages"; then
         for direction in fwd bwd; do
           name=${mask:+causal_}$direction
           # shellcheck disable=SC2086
-          PYTHONUNBUFFERED=1 python3 tools/sdpa_bench.py --dtype bf16 --direction $direction $mask "${tc_sdpa[@]}" \
+          PYTHONUNBUFFERED=1 guard python3 tools/sdpa_bench.py --dtype bf16 --direction $direction $mask "${tc_sdpa[@]}" \
             --json "$OUT/tc_sdpa_$name.json"
           record "sdpa_bench bf16 $name" $?
         done
@@ -343,7 +358,7 @@ if [ "${SKIP_GPTOSS:-0}" != 1 ] && [ -n "$gptoss_stages" ]; then
       --direction $direction --reps "$REPS" --json >"$OUT/gptoss_$direction.json"
     record "gpt-oss bench $direction" $?
     # shellcheck disable=SC2086
-    python3 tools/flex_bench.py $GPTOSS --sinks --T 32768 --direction $direction --reps "$REPS" \
+    guard python3 tools/flex_bench.py $GPTOSS --sinks --T 32768 --direction $direction --reps "$REPS" \
       --json "$OUT/gptoss_flex_$direction.json"
     record "gpt-oss FlexAttention $direction" $?
   done
@@ -369,12 +384,12 @@ if [ "${SKIP_MLA:-0}" != 1 ] && in_list 09 "$bench_stages"; then
   # shellcheck disable=SC2086
   "$FLASHLAB" bench --device cuda --stages 08 --variant "" $mha --causal --reps "$REPS" --json >"$OUT/mla_mha.json"
   record "MHA decode bench" $?
-  [ -s "$OUT/copy_bandwidth.json" ] || python3 tools/sdpa_bench.py --copy-bandwidth --json "$OUT/copy_bandwidth.json"
+  [ -s "$OUT/copy_bandwidth.json" ] || guard python3 tools/sdpa_bench.py --copy-bandwidth --json "$OUT/copy_bandwidth.json"
   if command -v ncu >/dev/null 2>&1; then # the latent kernel alone: duration and DRAM bytes
     # shellcheck disable=SC2086
-    ncu --clock-control none --kernel-name regex:latent_attention --launch-skip 2 --launch-count 3 \
+    guard ncu --clock-control none --kernel-name regex:latent_attention --launch-skip 2 --launch-count 3 \
       --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
-      "$FLASHLAB" bench --device cuda --stages 09 --variant "" $MLA_DECODE --causal --reps 3 \
+      "$FLASHLAB_BIN" bench --device cuda --stages 09 --variant "" $MLA_DECODE --causal --reps 3 \
       >"$OUT/mla_ncu.csv" 2>"$OUT/mla_ncu.err"
     record "ncu latent kernel" $?
   fi
@@ -382,12 +397,12 @@ if [ "${SKIP_MLA:-0}" != 1 ] && in_list 09 "$bench_stages"; then
     # shellcheck disable=SC2086
     "$FLASHLAB" bench --device cuda --stages 17 $MLA_DECODE --causal --reps "$REPS" --json >"$OUT/mla17_decode.json"
     record "MLA bf16 decode bench" $?
-    python3 tools/sdpa_bench.py --matmul-rate --json "$OUT/matmul.json"
+    guard python3 tools/sdpa_bench.py --matmul-rate --json "$OUT/matmul.json"
     if command -v ncu >/dev/null 2>&1; then
       # shellcheck disable=SC2086
-      ncu --clock-control none --kernel-name regex:latent_attention --launch-skip 2 --launch-count 3 \
+      guard ncu --clock-control none --kernel-name regex:latent_attention --launch-skip 2 --launch-count 3 \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
-        "$FLASHLAB" bench --device cuda --stages 17 $MLA_DECODE --causal --reps 3 \
+        "$FLASHLAB_BIN" bench --device cuda --stages 17 $MLA_DECODE --causal --reps 3 \
         >"$OUT/mla17_ncu.csv" 2>"$OUT/mla17_ncu.err"
       record "ncu stage 17 latent kernel" $?
     fi
@@ -401,17 +416,17 @@ if [ "${SKIP_PAGED:-0}" != 1 ] && in_list 11 "$bench_stages"; then
   paged_stages=08,11 # and stage 16 (bf16 on tensor cores) where this build has its kernel
   echo "$cuda_stages" | grep -qx 16 && paged_stages=08,11,16
   step "paged decode: stages $paged_stages (page size 16) vs stage 08 (contiguous) vs SDPA; B in ${PAGED_B:-1 8 64}, T = $PAGED_T"
-  [ -s "$OUT/copy_bandwidth.json" ] || python3 tools/sdpa_bench.py --copy-bandwidth --json "$OUT/copy_bandwidth.json"
+  [ -s "$OUT/copy_bandwidth.json" ] || guard python3 tools/sdpa_bench.py --copy-bandwidth --json "$OUT/copy_bandwidth.json"
   for b in ${PAGED_B:-1 8 64}; do
     "$FLASHLAB" bench --device cuda --stages $paged_stages --variant "" --B "$b" --H 32 --Hkv 8 --Tq 1 --T "$PAGED_T" \
       --d 128 --causal --page-size 16 --reps "$REPS" --json >"$OUT/paged_b$b.json"
     record "paged decode bench B=$b" $?
     if [ "${SKIP_PAGED_SDPA:-0}" != 1 ]; then
-      python3 tools/sdpa_bench.py --decode --B "$b" --H 32 --Hkv 8 --Tq 1 --T "$PAGED_T" --d 128 --reps "$REPS" \
+      guard python3 tools/sdpa_bench.py --decode --B "$b" --H 32 --Hkv 8 --Tq 1 --T "$PAGED_T" --d 128 --reps "$REPS" \
         --json "$OUT/paged_sdpa_b$b.json"
       record "SDPA decode B=$b" $?
       if [ "$paged_stages" = 08,11,16 ]; then # beside stage 16: FlashAttention-2 in bf16
-        python3 tools/sdpa_bench.py --decode --dtype bf16 --backends FLASH_ATTENTION --B "$b" --H 32 --Hkv 8 --Tq 1 \
+        guard python3 tools/sdpa_bench.py --decode --dtype bf16 --backends FLASH_ATTENTION --B "$b" --H 32 --Hkv 8 --Tq 1 \
           --T "$PAGED_T" --d 128 --reps "$REPS" --json "$OUT/paged_fa2_b$b.json"
         record "SDPA FA2 bf16 decode B=$b" $?
       fi
