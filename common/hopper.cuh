@@ -53,14 +53,16 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p)
 
 // The block's dynamic shared memory as a Smem struct whose tiles need 1024-byte alignment (the
 // 128-byte swizzle repeats every 1024 bytes; the launch asks for sizeof(Smem) + 1024 bytes). The
-// base is moved by an offset from the __shared__ array rather than rounded as an integer, so the
-// compiler still knows the struct lies in shared memory: its plain loads and stores become LDS and
-// STS with 32-bit addresses, not generic LD / ST with 64-bit ones.
+// base is rounded up as a 32-bit shared-memory address and turned back into a pointer with
+// cvta.shared.to.generic, which the compiler follows: its plain loads and stores of the struct stay
+// LDS and STS with 32-bit addresses (rounding the generic 64-bit address as an integer made them
+// generic LD / ST), and the rounding stays in uniform registers (adding a runtime offset to the
+// __shared__ array instead moved address arithmetic into every thread's registers).
 template <typename Smem> __device__ __forceinline__ Smem &aligned_smem()
 {
     extern __shared__ __align__(16) uint8_t smem_raw[];
-    const uint32_t pad = (1024u - smem_addr(smem_raw) % 1024u) % 1024u;
-    return *reinterpret_cast<Smem *>(smem_raw + pad);
+    const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    return *reinterpret_cast<Smem *>(__cvta_shared_to_generic(base));
 }
 
 // ---- mbarrier --------------------------------------------------------------------------------------
