@@ -11,7 +11,9 @@ fraction of the measured copy bandwidth, stage 08's time on the contiguous probl
 of 11 over 08, and SDPA's time. Also checks that stage 11's K/V bytes equal the closed form
 B*Hkv*T*(d+dv)*4 of docs/hbm_model.md (every cache element read once). When the files hold stage
 16 rows, a second table: stage 16 (bf16) against SDPA's FlashAttention-2 in bf16, both as fractions
-of the copy bandwidth, and issue 27's acceptance at T = 32768 (B = 1: 0.8 of it, B = 8: 0.9).
+of the copy bandwidth, and issue 27's acceptance at T = 32768 (B = 1: 0.8 of it, B = 8: 0.9); with
+copy_traffic.json (tools/sdpa_bench.py --copy-traffic), also a plain copy whose traffic equals each
+step's K/V bytes, timed the same way, and stage 16's time against it.
 
   python3 tools/decode_report.py gpu-out
 """
@@ -72,17 +74,24 @@ def main(argv):
                               ((ref or {}).get("note") or "not run")[:30]))
         print(" ".join(cells))
     if any(k[2] == "16" for k in rows):
-        failed += bf16_table(rows, fa2, copy)
+        same = {}  # a plain copy moving the same bytes, timed like a step (may be absent)
+        path = os.path.join(out, "copy_traffic.json")
+        if os.path.exists(path):
+            same = {r["traffic_bytes"]: r for r in load(path)}
+        failed += bf16_table(rows, fa2, copy, same)
     return 1 if failed else 0
 
 
-def bf16_table(rows, fa2, copy):
-    """Stage 16 against SDPA FLASH_ATTENTION in bf16; 1 when a K/V count is short."""
+def bf16_table(rows, fa2, copy, same):
+    """Stage 16 against SDPA FLASH_ATTENTION in bf16, and (from `same`, keyed by traffic bytes) a
+    plain copy moving the step's K/V bytes; 1 when a K/V count is short."""
     print()
     print("paged decode in bf16, Hq = 32, Hkv = 8, d = 128, Tq = 1: stage 16 (page size 16) against SDPA "
-          "FLASH_ATTENTION (contiguous, enable_gqa); copy bandwidth %.0f GB/s" % copy)
-    print("%4s %7s | %10s %8s %6s %9s | %10s %8s %6s | %8s" % ("B", "T", "16 ms", "GB/s", "copy", "K/V bytes",
-                                                             "FA2 ms", "GB/s", "copy", "16 vs FA2"))
+          "FLASH_ATTENTION (contiguous, enable_gqa); copy bandwidth %.0f GB/s; 'same-bytes copy': a "
+          "copy whose traffic is the step's K/V bytes, timed like a step" % copy)
+    print("%4s %7s | %10s %8s %6s %9s | %10s %8s %6s | %8s | %10s %6s %8s" % (
+        "B", "T", "16 ms", "GB/s", "copy", "K/V bytes", "FA2 ms", "GB/s", "copy", "16 vs FA2",
+        "copy ms", "copy", "16 vs it"))
     failed, verdicts = 0, []
     for (B, T) in sorted({(k[0], k[1]) for k in rows if k[2] == "16"}):
         new, ref = rows[(B, T, "16")], fa2.get((B, T))
@@ -101,6 +110,12 @@ def bf16_table(rows, fa2, copy):
             cells.append("%7.2fx" % (ref["time_ms"] / new["time_ms"]) if frac is not None else "%8s" % "-")
         else:
             cells.append("%26s |" % ((ref or {}).get("note") or "not run")[:26])
+        plain = same.get(B * new["Hkv"] * T * (new["d"] + new["dv"]) * 2) if "Hkv" in new else None
+        if plain and frac is not None:
+            cells.append("| %10.4f %6.2f %7.2fx" % (plain["time_ms"], plain["gb_per_s"] / copy,
+                                                  plain["time_ms"] / new["time_ms"]))
+        else:
+            cells.append("| %26s" % "not run")
         print(" ".join(cells))
         need = {1: 0.8, 8: 0.9}.get(B)
         if T == 32768 and need is not None:

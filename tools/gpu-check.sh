@@ -56,6 +56,8 @@
 #                         SDPA with enable_gqa, float32 and FLASH_ATTENTION in bf16; Hq = 32,
 #                         Hkv = 8, d = 128, Tq = 1, for each B of PAGED_B and T of PAGED_T)
 #   PAGED_B="1 8 64"  PAGED_T=4096,32768,131072   its sizes;  SKIP_PAGED_SDPA=1  without SDPA
+#                         (with stage 16, also a plain copy moving each bf16 step's K/V bytes, timed
+#                         like a step: tools/sdpa_bench.py --copy-traffic, copy_traffic.json)
 #   REPS=10               timed runs per shape (flashlab and SDPA)
 #   CMD_TIMEOUT=600       seconds any one GPU command may run (flashlab, compute-sanitizer, ncu, the
 #                         PyTorch scripts, and each ctest test): a kernel that never returns (a
@@ -417,6 +419,11 @@ if [ "${SKIP_PAGED:-0}" != 1 ] && in_list 11 "$bench_stages"; then
   echo "$cuda_stages" | grep -qx 16 && paged_stages=08,11,16
   step "paged decode: stages $paged_stages (page size 16) vs stage 08 (contiguous) vs SDPA; B in ${PAGED_B:-1 8 64}, T = $PAGED_T"
   [ -s "$OUT/copy_bandwidth.json" ] || guard python3 tools/sdpa_bench.py --copy-bandwidth --json "$OUT/copy_bandwidth.json"
+  if [ "$paged_stages" = 08,11,16 ]; then # plain copies moving each bf16 step's K/V bytes, B*Hkv*T*(d+dv)*2
+    traffic=$(for b in ${PAGED_B:-1 8 64}; do for t in ${PAGED_T//,/ }; do echo $((b * 8 * t * 256 * 2)); done; done | sort -nu | paste -sd,)
+    guard python3 tools/sdpa_bench.py --copy-traffic "$traffic" --reps "$REPS" --json "$OUT/copy_traffic.json"
+    record "same-traffic copies" $?
+  fi
   for b in ${PAGED_B:-1 8 64}; do
     "$FLASHLAB" bench --device cuda --stages $paged_stages --variant "" --B "$b" --H 32 --Hkv 8 --Tq 1 --T "$PAGED_T" \
       --d 128 --causal --page-size 16 --reps "$REPS" --json >"$OUT/paged_b$b.json"

@@ -24,6 +24,7 @@ PyTorch is needed only here, on the GPU machine; nothing in the C build uses thi
   python3 tools/sdpa_bench.py --dtype bf16 --causal --json tc_sdpa_causal_fwd.json   # beside stage 12
   python3 tools/sdpa_bench.py --compare bench.json sdpa.json   # summary table: ours vs SDPA
   python3 tools/sdpa_bench.py --copy-bandwidth             # device-to-device copy GB/s (the roofline)
+  python3 tools/sdpa_bench.py --copy-traffic 134217728     # a copy moving a B = 1 decode step's K/V bytes
   python3 tools/sdpa_bench.py --matmul-rate                # bf16 8192^3 torch.matmul TFLOP/s
   python3 tools/sdpa_bench.py --decode --B 1,8 --H 32 --Hkv 8 --T 4096,32768 --d 128 --json dec.json
       # one decoding step (Tq = 1, causal is the same thing there) with enable_gqa=True on contiguous
@@ -62,6 +63,24 @@ def import_torch():
     return torch
 
 
+def median_event_ms(torch, run, warmup, reps, before=None):
+    """Median ms of `reps` calls of run() (after `warmup` untimed ones), each timed between its own
+    pair of CUDA events, as `flashlab bench` times its reps; before(), if given, runs untimed ahead
+    of each call."""
+    samples = []
+    for i in range(warmup + reps):
+        if before:
+            before()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        stop.record()
+        stop.synchronize()
+        if i >= warmup:
+            samples.append(start.elapsed_time(stop))
+    return statistics.median(samples)
+
+
 def time_sdpa(torch, backend, B, H, T, d, warmup, reps, direction="fwd", causal=False, dtype="float32"):
     """Median ms of `reps` runs, each timed with its own pair of CUDA events; a bwd run is the
     forward and the backward through autograd."""
@@ -75,21 +94,17 @@ def time_sdpa(torch, backend, B, H, T, d, warmup, reps, direction="fwd", causal=
     q, k, v, dout = (torch.randn(B, H, T, d, device="cuda", dtype=kind, generator=gen) for _ in range(4))
     for x in (q, k, v):
         x.requires_grad_(bwd)
-    samples = []
+
+    def clear_grads():  # untimed: autograd then stores the new gradients instead of adding them
+        q.grad = k.grad = v.grad = None
+
+    def step():
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        if bwd:
+            out.backward(dout)
+
     with sdpa_kernel(getattr(SDPBackend, backend)):
-        for i in range(warmup + reps):
-            if bwd and bf16:  # untimed: autograd then stores the new gradients instead of adding them
-                q.grad = k.grad = v.grad = None
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            if bwd:
-                out.backward(dout)
-            stop.record()
-            stop.synchronize()
-            if i >= warmup:
-                samples.append(start.elapsed_time(stop))
-    return statistics.median(samples)
+        return median_event_ms(torch, step, warmup, reps, before=clear_grads if bwd and bf16 else None)
 
 
 def backend_list(args):
@@ -192,18 +207,28 @@ def copy_bandwidth(reps=20, gib=2):
     n = gib * (1 << 30) // 4
     src = torch.empty(n, device="cuda", dtype=torch.float32).normal_()
     dst = torch.empty_like(src)
-    samples = []
-    for i in range(3 + reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        stop.record()
-        stop.synchronize()
-        if i >= 3:
-            samples.append(start.elapsed_time(stop))
-    ms = statistics.median(samples)
+    ms = median_event_ms(torch, lambda: dst.copy_(src), 3, reps)
     gbps = 2.0 * n * 4 / (ms * 1e6)
     return {"device": torch.cuda.get_device_name(0), "bytes": 2 * n * 4, "time_ms": ms, "gb_per_s": gbps}
+
+
+def copy_traffic(sizes, warmup=3, reps=20):
+    """For each size S in bytes: a device-to-device copy of S / 2 bytes, whose traffic (read +
+    written) is S, timed like one decoding step (an event pair per rep, launch included). A decode
+    step that reads S bytes of K/V set beside it: at small S a plain copy, too, falls short of the
+    large copy's rate (launch, ramp-up and tail weigh more)."""
+    torch = import_torch()
+    rows = []
+    for size in sizes:
+        half = max(size // 2, 1)
+        src = torch.empty(half, device="cuda", dtype=torch.uint8).random_(0, 256)
+        dst = torch.empty_like(src)
+        ms = median_event_ms(torch, lambda: dst.copy_(src), warmup, reps)
+        rows.append({"device": torch.cuda.get_device_name(0), "traffic_bytes": 2 * half, "time_ms": ms,
+                     "gb_per_s": 2.0 * half / (ms * 1e6)})
+        del src, dst
+        torch.cuda.empty_cache()
+    return rows
 
 
 def matmul_rate(reps=20, n=8192):
@@ -213,16 +238,7 @@ def matmul_rate(reps=20, n=8192):
 
     a = torch.empty(n, n, device="cuda", dtype=torch.bfloat16).normal_()
     b = torch.empty_like(a).normal_()
-    samples = []
-    for i in range(3 + reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.matmul(a, b)
-        stop.record()
-        stop.synchronize()
-        if i >= 3:
-            samples.append(start.elapsed_time(stop))
-    ms = statistics.median(samples)
+    ms = median_event_ms(torch, lambda: torch.matmul(a, b), 3, reps)
     return {"device": torch.cuda.get_device_name(0), "n": n, "time_ms": ms, "tflops": 2.0 * n ** 3 / (ms * 1e9)}
 
 
@@ -260,18 +276,11 @@ def run_decode(args):
                     q = torch.randn(B, args.H, args.Tq, d, device="cuda", dtype=kind, generator=gen)
                     k, v = (torch.randn(B, args.Hkv, T, d, device="cuda", dtype=kind, generator=gen) for _ in range(2))
                     causal = args.Tq > 1  # bottom-right causal equals no mask for a single query
-                    samples = []
                     chosen = sdpa_kernel(getattr(SDPBackend, backend)) if backend else contextlib.nullcontext()
                     with chosen:
-                        for i in range(args.warmup + args.reps):
-                            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                            start.record()
-                            F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
-                            stop.record()
-                            stop.synchronize()
-                            if i >= args.warmup:
-                                samples.append(start.elapsed_time(stop))
-                    row["time_ms"] = statistics.median(samples)
+                        row["time_ms"] = median_event_ms(
+                            torch, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True),
+                            args.warmup, args.reps)
                     row["kv_gb_per_s"] = row["kv_bytes"] / (row["time_ms"] * 1e6)
                     del q, k, v
                 except torch.OutOfMemoryError:
@@ -362,6 +371,9 @@ def main():
                     help="only measure the bf16 matmul rate (8192^3, TFLOP/s) and exit")
     ap.add_argument("--copy-bandwidth", action="store_true",
                     help="only measure the device-to-device copy bandwidth (GB/s, read + written)")
+    ap.add_argument("--copy-traffic", metavar="BYTES",
+                    help="only time copies whose traffic (read + written) is each of these comma-separated "
+                         "byte counts, e.g. a decode step's K/V bytes (GB/s, time per copy)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json", metavar="PATH", help="write the rows as a JSON array here")
@@ -381,6 +393,21 @@ def main():
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(row, f, indent=1)
+        return 0
+    if args.copy_traffic:
+        try:
+            sizes = int_list(args.copy_traffic)
+        except ValueError:
+            ap.error("--copy-traffic takes comma-separated whole byte counts, not %r" % args.copy_traffic)
+        if not sizes or min(sizes) < 2:
+            ap.error("--copy-traffic needs byte counts of at least 2")
+        rows = copy_traffic(sizes, args.warmup, args.reps)
+        for row in rows:
+            print("copy of %d bytes' traffic: %.4f ms, %.1f GB/s (read + written)" % (row["traffic_bytes"],
+                                                                                 row["time_ms"], row["gb_per_s"]))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
         return 0
     if args.matmul_rate:
         row = matmul_rate(args.reps)
