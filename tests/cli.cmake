@@ -110,12 +110,16 @@ if(FLASHLAB_PYTHON)
 endif()
 
 # Stage 12 computes in bf16 and runs only head dims d = dv in {64, 128}: `list` shows it; a named
-# case with other head dims exits 3 naming the dims; bench reports such a row without failing;
+# case with other head dims exits 3 naming the dims; bench reports such a row without failing
+# (unless every row is refused: exit 3);
 # the grade report names the precision and its tolerances.
 cli_test(list_precision 0 "tensor_cores +cpu +- +bf16 d=64,128" list)
 cli_test(head_dims_unsupported 3 "stage 12 \\(tensor_cores, cpu\\) runs head dims d = dv in \\{64, 128\\}; this case has d = 80, dv = 80"
          check 12 ${cli_golden}/causal_t37_d80)
 cli_test(bench_head_dims 0 "runs head dims d = dv in \\{64, 128\\}; this case has d = 32" bench --stages 12 --T 16
          --d 32,64 --H 1 --reps 1)
+# ... and when every row is refused, nothing was measured: exit 3 with one line saying so
+cli_test(bench_all_refused 3 "no row ran: the selected stages lack what every row asks for" bench --stages 12
+         --T 16 --d 32 --H 1 --reps 1)
 cli_test(grade_json_bf16 0 "\"precision\": \"bf16\", \"tolerance\": \\{\"forward\": 0.03125, \"gradients\": 0.0625\\}"
          check 12 ${cli_golden}/tc_t37_d128_causal --json)

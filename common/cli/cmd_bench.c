@@ -195,7 +195,7 @@ int cmd_bench(Options *o)
         fprintf(stderr, "flashlab bench: no %s stages in this build\n", device_name(o->device));
         return FL_BAD_INPUT;
     }
-    int rows = 0, errors = 0, total = 0;
+    int rows = 0, errors = 0, refused = 0, total = 0;
     for (int s = 0; s < n; s++)
         total += o->direction == DIR_BWD && !has_backward(chosen[s]) ? 0 : o->T.count * o->d.count;
     const double start = timer_now_ms();
@@ -214,6 +214,7 @@ int cmd_bench(Options *o)
                     progress_line(rows, total, start, what);
                 const int status = bench_one(o, chosen[s], o->T.values[ti], o->d.values[di], rows == 0);
                 errors += status != FL_OK && status != FL_UNSUPPORTED;
+                refused += status == FL_UNSUPPORTED;
                 rows++;
             }
     }
@@ -225,5 +226,12 @@ int cmd_bench(Options *o)
         fprintf(stderr, "flashlab bench: nothing to run (no selected stage has a backward pass)\n");
         return FL_BAD_INPUT;
     }
-    return errors ? FL_CHECK_FAILED : FL_OK;
+    if (errors)
+        return FL_CHECK_FAILED;
+    if (refused == rows) { /* some rows may be refused in a sweep; when all are, nothing was measured */
+        fprintf(stderr, "flashlab bench: no row ran: the selected stages lack what every row asks for "
+                        "(each row says why)\n");
+        return FL_UNSUPPORTED;
+    }
+    return FL_OK;
 }

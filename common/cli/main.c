@@ -127,8 +127,9 @@ static const Command commands[] = {
      "query-key pair the window (and sink tokens) keep; forward + backward 3.5x forward.\n"
      "Defaults: cpu: every CPU implementation, T = 512,1024,2048,4096, B = 1, H = 8, d = 64, reps 3.\n"
      "          cuda: every CUDA implementation, T = 1024,4096,16384, B = 4, H = 16, d = 64,128, reps 20.\n",
-     "Exit: 0 ok; 1 a run failed (its row shows why; e.g. out of memory); 2 bad usage; 77 no CUDA\n"
-     "device for --device cuda.\n"},
+     "Exit: 0 ok (a row a stage refuses, e.g. a head dim it does not run, says why and is no failure);\n"
+     "1 a run failed (its row shows why; e.g. out of memory); 2 bad usage; 3 every row was refused;\n"
+     "77 no CUDA device for --device cuda.\n"},
     {"diff", cmd_diff, "flashlab diff [A] B [--docs]",
      "The lesson diff: for each kind of source (.h, .c, .cu; README.md too with --docs) found in either\n"
      "stage folder, runs the system 'diff -u' of stage A's file against stage B's (paths relative to the\n"
