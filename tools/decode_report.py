@@ -13,7 +13,8 @@ B*Hkv*T*(d+dv)*4 of docs/hbm_model.md (every cache element read once). When the 
 16 rows, a second table: stage 16 (bf16) against SDPA's FlashAttention-2 in bf16, both as fractions
 of the copy bandwidth, and issue 27's acceptance at T = 32768 (B = 1: 0.8 of it, B = 8: 0.9); with
 copy_traffic.json (tools/sdpa_bench.py --copy-traffic), also a plain copy whose traffic equals each
-step's K/V bytes, timed the same way, and stage 16's time against it.
+step's K/V bytes, timed like a step and queued behind a spin (the GPU's time alone), and stage
+16's time against the first.
 
   python3 tools/decode_report.py gpu-out
 """
@@ -87,11 +88,12 @@ def bf16_table(rows, fa2, copy, same):
     plain copy moving the step's K/V bytes; 1 when a K/V count is short."""
     print()
     print("paged decode in bf16, Hq = 32, Hkv = 8, d = 128, Tq = 1: stage 16 (page size 16) against SDPA "
-          "FLASH_ATTENTION (contiguous, enable_gqa); copy bandwidth %.0f GB/s; 'same-bytes copy': a "
-          "copy whose traffic is the step's K/V bytes, timed like a step" % copy)
-    print("%4s %7s | %10s %8s %6s %9s | %10s %8s %6s | %8s | %10s %6s %8s" % (
+          "FLASH_ATTENTION (contiguous, enable_gqa); copy bandwidth %.0f GB/s; last columns: a plain "
+          "copy whose traffic is the step's K/V bytes, timed like a step (its launch included) and "
+          "queued (the GPU's time alone)" % copy)
+    print("%4s %7s | %10s %8s %6s %9s | %10s %8s %6s | %8s | %10s %6s %8s %10s %6s" % (
         "B", "T", "16 ms", "GB/s", "copy", "K/V bytes", "FA2 ms", "GB/s", "copy", "16 vs FA2",
-        "copy ms", "copy", "16 vs it"))
+        "copy ms", "copy", "16 vs it", "queued ms", "copy"))
     failed, verdicts = 0, []
     for (B, T) in sorted({(k[0], k[1]) for k in rows if k[2] == "16"}):
         new, ref = rows[(B, T, "16")], fa2.get((B, T))
@@ -114,8 +116,10 @@ def bf16_table(rows, fa2, copy, same):
         if plain and frac is not None:
             cells.append("| %10.4f %6.2f %7.2fx" % (plain["time_ms"], plain["gb_per_s"] / copy,
                                                   plain["time_ms"] / new["time_ms"]))
+            cells.append("%10.4f %6.2f" % (plain["gpu_ms"], plain["gpu_gb_per_s"] / copy) if plain.get("gpu_ms")
+                         else "%17s" % "-")
         else:
-            cells.append("| %26s" % "not run")
+            cells.append("| %44s" % "not run")
         print(" ".join(cells))
         need = {1: 0.8, 8: 0.9}.get(B)
         if T == 32768 and need is not None:

@@ -212,20 +212,30 @@ def copy_bandwidth(reps=20, gib=2):
     return {"device": torch.cuda.get_device_name(0), "bytes": 2 * n * 4, "time_ms": ms, "gb_per_s": gbps}
 
 
+QUEUE_CYCLES = 200000  # a spin of about 0.1 ms: longer than Python takes to queue an event and a copy
+
+
 def copy_traffic(sizes, warmup=3, reps=20):
     """For each size S in bytes: a device-to-device copy of S / 2 bytes, whose traffic (read +
-    written) is S, timed like one decoding step (an event pair per rep, launch included). A decode
-    step that reads S bytes of K/V set beside it: at small S a plain copy, too, falls short of the
-    large copy's rate (launch, ramp-up and tail weigh more)."""
+    written) is S, for a decode step that reads S bytes of K/V to be set beside. Timed twice:
+    time_ms like a step (an event pair per rep; what Python spends launching the copy between the
+    events counts, as a launch does in `flashlab bench`), and gpu_ms queued behind a spin kernel
+    (torch.cuda._sleep), so that the events and the copy wait on the GPU and only the copy's own
+    time is between them. At small S a plain copy, too, falls short of the large copy's rate
+    (ramp-up and tail weigh more)."""
     torch = import_torch()
+    queue = getattr(torch.cuda, "_sleep", None)
     rows = []
     for size in sizes:
         half = max(size // 2, 1)
         src = torch.empty(half, device="cuda", dtype=torch.uint8).random_(0, 256)
         dst = torch.empty_like(src)
         ms = median_event_ms(torch, lambda: dst.copy_(src), warmup, reps)
+        gpu_ms = median_event_ms(torch, lambda: dst.copy_(src), warmup, reps,
+                                 before=lambda: queue(QUEUE_CYCLES)) if queue else None
         rows.append({"device": torch.cuda.get_device_name(0), "traffic_bytes": 2 * half, "time_ms": ms,
-                     "gb_per_s": 2.0 * half / (ms * 1e6)})
+                     "gb_per_s": 2.0 * half / (ms * 1e6), "gpu_ms": gpu_ms,
+                     "gpu_gb_per_s": 2.0 * half / (gpu_ms * 1e6) if gpu_ms else None})
         del src, dst
         torch.cuda.empty_cache()
     return rows
@@ -403,8 +413,9 @@ def main():
             ap.error("--copy-traffic needs byte counts of at least 2")
         rows = copy_traffic(sizes, args.warmup, args.reps)
         for row in rows:
-            print("copy of %d bytes' traffic: %.4f ms, %.1f GB/s (read + written)" % (row["traffic_bytes"],
-                                                                                 row["time_ms"], row["gb_per_s"]))
+            queued = (", queued %.4f ms, %.1f GB/s" % (row["gpu_ms"], row["gpu_gb_per_s"])) if row["gpu_ms"] else ""
+            print("copy of %d bytes' traffic: %.4f ms, %.1f GB/s (read + written)%s" % (
+                row["traffic_bytes"], row["time_ms"], row["gb_per_s"], queued))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=1)
