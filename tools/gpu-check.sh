@@ -57,7 +57,8 @@
 #                         Hkv = 8, d = 128, Tq = 1, for each B of PAGED_B and T of PAGED_T)
 #   PAGED_B="1 8 64"  PAGED_T=4096,32768,131072   its sizes;  SKIP_PAGED_SDPA=1  without SDPA
 #                         (with stage 16, also a plain copy moving each bf16 step's K/V bytes, timed
-#                         like a step: tools/sdpa_bench.py --copy-traffic, copy_traffic.json)
+#                         like a step and queued behind a spin kernel: tools/sdpa_bench.py
+#                         --copy-traffic, copy_traffic.json)
 #   REPS=10               timed runs per shape (flashlab and SDPA)
 #   CMD_TIMEOUT=600       seconds any one GPU command may run (flashlab, compute-sanitizer, ncu, the
 #                         PyTorch scripts, and each ctest test): a kernel that never returns (a
