@@ -236,7 +236,7 @@ def copy_traffic(sizes, warmup=3, reps=20):
         rows.append({"device": torch.cuda.get_device_name(0), "traffic_bytes": 2 * half, "time_ms": ms,
                      "gb_per_s": 2.0 * half / (ms * 1e6), "gpu_ms": gpu_ms,
                      "gpu_gb_per_s": 2.0 * half / (gpu_ms * 1e6) if gpu_ms else None})
-        del src, dst
+        src = dst = None  # freed before the next size
         torch.cuda.empty_cache()
     return rows
 
@@ -292,7 +292,7 @@ def run_decode(args):
                             torch, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True),
                             args.warmup, args.reps)
                     row["kv_gb_per_s"] = row["kv_bytes"] / (row["time_ms"] * 1e6)
-                    del q, k, v
+                    q = k = v = None  # freed before the next shape
                 except torch.OutOfMemoryError:
                     row["note"] = "skipped: out of GPU memory"
                 except (RuntimeError, TypeError, AttributeError) as e:
