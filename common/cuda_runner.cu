@@ -481,28 +481,77 @@ extern "C" int cuda_runner_run(const StageImpl *impl, Direction dir, const AttnP
 
 /* ---- timing ------------------------------------------------------------------------------------ */
 
-/* Times warmup + reps calls of body(), each between its own pair of events; the last reps
- * samples in ms. body returns FL_OK or an error code. */
+/* Holds the GPU for `ns` nanoseconds of its global clock and does nothing else (Timing.queued):
+ * the work the host launches meanwhile waits behind it in the stream. */
+static __global__ void hold_kernel(unsigned long long ns)
+{
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do /* one thread on one SM, so a plain spin (no __nanosleep: that needs sm_70) */
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    while (now - start < ns);
+}
+
+enum : unsigned long long {
+    HOLD_FIRST_NS = 200000ull,    /* 200 us: launching a pass takes the host a few tens of us */
+    HOLD_MOST_NS = 200000000ull,  /* 200 ms: a run that still was not queued whole waits inside */
+};
+
+/* Whether the GPU was still short of `start` when the run's last call returned, i.e. the whole run
+ * (start, kernels, stop) was in the stream before the GPU began it. */
+static int run_was_queued(cudaEvent_t start, int *queued, FlError *err)
+{
+    const cudaError_t e = cudaEventQuery(start);
+    *queued = e == cudaErrorNotReady;
+    if (e == cudaErrorNotReady)
+        (void)cudaGetLastError(); /* "not yet" is an answer, not an error to leave for the next check */
+    return e == cudaErrorNotReady ? FL_OK : fl_cuda_status(e, "querying a timing event", err);
+}
+
+/* Times warmup + reps calls of body(), each between its own pair of events; the last reps samples
+ * in ms. body returns FL_OK or an error code. Queued (runner.h Timing): each call is launched behind
+ * hold_kernel, and one the GPU began before the host had launched it all is timed again behind a
+ * hold twice as long. */
 template <class Body>
-static int time_with_events(int warmup, int reps, double *samples, Body body, FlError *err)
+static int time_with_events(const Timing *tm, double *samples, Body body, FlError *err)
 {
     cudaEvent_t start = NULL, stop = NULL;
+    unsigned long long hold_ns = HOLD_FIRST_NS;
     int rc = fl_cuda_status(cudaEventCreate(&start), "creating a timing event", err);
     if (rc == FL_OK)
         rc = fl_cuda_status(cudaEventCreate(&stop), "creating a timing event", err);
-    for (int i = 0; rc == FL_OK && i < warmup + reps; i++) {
-        rc = fl_cuda_status(cudaEventRecord(start), "recording a timing event", err);
+    for (int i = 0; rc == FL_OK && i < tm->warmup + tm->reps;) {
+        if (tm->queued) {
+            hold_kernel<<<1, 1>>>(hold_ns);
+            rc = fl_cuda_launch_status("hold_kernel (timing queued)", err);
+        }
+        if (rc == FL_OK)
+            rc = fl_cuda_status(cudaEventRecord(start), "recording a timing event", err);
         if (rc == FL_OK)
             rc = body();
         if (rc == FL_OK)
             rc = fl_cuda_status(cudaEventRecord(stop), "recording a timing event", err);
+        int queued = 1;
+        if (rc == FL_OK && tm->queued)
+            rc = run_was_queued(start, &queued, err);
         if (rc == FL_OK)
             rc = fl_cuda_status(cudaEventSynchronize(stop), "a timed run", err);
         float ms = 0.0f;
         if (rc == FL_OK)
             rc = fl_cuda_status(cudaEventElapsedTime(&ms, start, stop), "reading a timing event", err);
-        if (rc == FL_OK && i >= warmup)
-            samples[i - warmup] = ms;
+        if (rc != FL_OK)
+            break;
+        if (!queued) { /* its time holds some of the host's: again, behind a longer hold */
+            hold_ns *= 2;
+            if (hold_ns > HOLD_MOST_NS)
+                rc = fl_fail(err, FL_UNSUPPORTED, "timing queued: a run still began before the host had launched "
+                             "all of it behind a %.0f ms hold (it waits for the GPU inside); time it unqueued",
+                             (double)HOLD_MOST_NS / 1e6);
+            continue;
+        }
+        if (i >= tm->warmup)
+            samples[i - tm->warmup] = ms;
+        i++;
     }
     if (start)
         cudaEventDestroy(start);
@@ -511,11 +560,11 @@ static int time_with_events(int warmup, int reps, double *samples, Body body, Fl
     return rc;
 }
 
-/* Times `reps` runs (the forward pass, and for DIR_BWD the backward pass after it). */
-static int time_runs(const StageImpl *impl, Direction dir, DeviceRun *r, RunCtx *ctx, int warmup,
-                     int reps, double *samples, FlError *err)
+/* Times the runs (the forward pass, and for DIR_BWD the backward pass after it). */
+static int time_runs(const StageImpl *impl, Direction dir, DeviceRun *r, RunCtx *ctx, const Timing *tm,
+                     double *samples, FlError *err)
 {
-    return time_with_events(warmup, reps, samples, [&]() {
+    return time_with_events(tm, samples, [&]() {
         int rc = impl->forward(&r->p, &r->t, ctx, err);
         if (rc == FL_OK && dir == DIR_BWD)
             rc = impl->backward(&r->p, &r->t, ctx, err);
@@ -523,17 +572,15 @@ static int time_runs(const StageImpl *impl, Direction dir, DeviceRun *r, RunCtx 
     }, err);
 }
 
+/* runner_time has checked tm (runner.c timing_valid). */
 extern "C" int cuda_runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p,
-                                const RunCtx *opts, int warmup, int reps, double *median, FlError *err)
+                                const RunCtx *opts, const Timing *tm, double *median, FlError *err)
 {
     if (!cuda_device_available())
         return no_device(impl, err);
-    if (reps < 1 || warmup < 0)
-        return fl_fail(err, FL_BAD_INPUT, "cuda_runner_time: need reps >= 1 and warmup >= 0 (got %d, %d)",
-                       reps, warmup);
-    double *samples = (double *)malloc(sizeof(double) * (size_t)reps);
+    double *samples = (double *)malloc(sizeof(double) * (size_t)tm->reps);
     if (!samples)
-        return fl_fail(err, FL_BAD_INPUT, "out of memory for %d timing samples", reps);
+        return fl_fail(err, FL_BAD_INPUT, "out of memory for %d timing samples", tm->reps);
     DeviceRun r;
     RunCtx ctx = device_ctx(opts); /* hbm_dev stays NULL: counting off while timing */
     ctx.rank_counters = NULL;
@@ -548,9 +595,9 @@ extern "C" int cuda_runner_time(const StageImpl *impl, Direction dir, const Attn
     }
     ctx.workspace = r.workspace;
     if (rc == FL_OK)
-        rc = time_runs(impl, dir, &r, &ctx, warmup, reps, samples, err);
+        rc = time_runs(impl, dir, &r, &ctx, tm, samples, err);
     if (rc == FL_OK)
-        *median = median_ms(samples, reps);
+        *median = median_ms(samples, tm->reps);
     device_run_free(&r);
     free(samples);
     return rc;
@@ -637,22 +684,23 @@ extern "C" int cuda_runner_run_step(const StageImpl *impl, const RunnerStep *s, 
     return rc;
 }
 
-extern "C" int cuda_runner_time_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, int warmup,
-                                     int reps, double *median, FlError *err)
+/* runner_time_step has checked tm. */
+extern "C" int cuda_runner_time_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts,
+                                     const Timing *tm, double *median, FlError *err)
 {
     if (!cuda_device_available())
         return no_device(impl, err);
-    double *samples = (double *)malloc(sizeof(double) * (size_t)reps);
+    double *samples = (double *)malloc(sizeof(double) * (size_t)tm->reps);
     if (!samples)
-        return fl_fail(err, FL_BAD_INPUT, "out of memory for %d timing samples", reps);
+        return fl_fail(err, FL_BAD_INPUT, "out of memory for %d timing samples", tm->reps);
     StepDeviceRun r;
     RunCtx ctx = device_ctx(opts); /* counting off while timing */
     int rc = step_run_setup(impl, s, &r, err);
     ctx.workspace = r.workspace;
     if (rc == FL_OK)
-        rc = time_with_events(warmup, reps, samples, [&]() { return s->fn(&r.in, r.out, &ctx, s->arg, err); }, err);
+        rc = time_with_events(tm, samples, [&]() { return s->fn(&r.in, r.out, &ctx, s->arg, err); }, err);
     if (rc == FL_OK)
-        *median = median_ms(samples, reps);
+        *median = median_ms(samples, tm->reps);
     step_run_free(&r);
     free(samples);
     return rc;

@@ -26,9 +26,9 @@ int cuda_runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, 
 }
 
 int cuda_runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *opts,
-                     int warmup, int reps, double *median, FlError *err)
+                     const Timing *timing, double *median, FlError *err)
 {
-    (void)dir, (void)p, (void)opts, (void)warmup, (void)reps, (void)median;
+    (void)dir, (void)p, (void)opts, (void)timing, (void)median;
     return no_cuda(impl, err);
 }
 
@@ -39,9 +39,9 @@ int cuda_runner_run_step(const StageImpl *impl, const RunnerStep *s, const RunCt
     return no_cuda(impl, err);
 }
 
-int cuda_runner_time_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, int warmup,
-                          int reps, double *median, FlError *err)
+int cuda_runner_time_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, const Timing *timing,
+                          double *median, FlError *err)
 {
-    (void)s, (void)opts, (void)warmup, (void)reps, (void)median;
+    (void)s, (void)opts, (void)timing, (void)median;
     return no_cuda(impl, err);
 }

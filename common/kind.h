@@ -95,9 +95,9 @@ typedef struct CaseKind {
     /* Runs impl on c (counting on) into r; r's outputs are allocated (poisoned) here. */
     int (*run)(const StageImpl *impl, Direction dir, const Case *c, const RunCtx *ctx, KindRun *r,
                FlError *err);
-    /* Median ms of reps timed runs after warmup runs, counting off. */
-    int (*time)(const StageImpl *impl, Direction dir, const Case *c, const RunCtx *ctx, int warmup,
-                int reps, double *ms, FlError *err);
+    /* Median ms of timed runs (runner.h Timing), counting off. */
+    int (*time)(const StageImpl *impl, Direction dir, const Case *c, const RunCtx *ctx, const Timing *timing,
+                double *ms, FlError *err);
     /* The expected tensor of output file `file`, or NULL when c has none. */
     const Tensor *(*expected)(const Case *c, const char *file);
 

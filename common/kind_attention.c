@@ -85,11 +85,11 @@ static int run(const StageImpl *impl, Direction dir, const Case *c, const RunCtx
     return rc == FL_OK ? runner_run(impl, dir, &p, &t, ctx, &r->stats, err) : rc;
 }
 
-static int time_runs(const StageImpl *impl, Direction dir, const Case *c, const RunCtx *ctx, int warmup, int reps,
+static int time_runs(const StageImpl *impl, Direction dir, const Case *c, const RunCtx *ctx, const Timing *timing,
                      double *ms, FlError *err)
 {
     const AttnProblem p = problem_for(c, dir);
-    return runner_time(impl, dir, &p, ctx, warmup, reps, ms, err);
+    return runner_time(impl, dir, &p, ctx, timing, ms, err);
 }
 
 static const Tensor *expected(const Case *c, const char *file)

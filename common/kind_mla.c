@@ -315,7 +315,7 @@ int mla_run(const StageImpl *impl, const MlaProblem *p, float *y, const RunCtx *
     return runner_run_step(impl, &s, ctx, stats, err);
 }
 
-int mla_time(const StageImpl *impl, const MlaProblem *p, const RunCtx *ctx, int warmup, int reps, double *ms,
+int mla_time(const StageImpl *impl, const MlaProblem *p, const RunCtx *ctx, const Timing *timing, double *ms,
              FlError *err)
 {
     float *y = malloc(mla_numel(p, MLA_INPUT_COUNT) * sizeof(float));
@@ -323,7 +323,7 @@ int mla_time(const StageImpl *impl, const MlaProblem *p, const RunCtx *ctx, int 
         return fl_fail(err, FL_BAD_INPUT, "out of memory allocating y for timing");
     const MlaStep m = {impl, p};
     const RunnerStep s = runner_step(&m, y, ctx);
-    int rc = runner_time_step(impl, &s, ctx, warmup, reps, ms, err);
+    int rc = runner_time_step(impl, &s, ctx, timing, ms, err);
     free(y);
     return rc;
 }
@@ -343,11 +343,11 @@ static int run(const StageImpl *impl, Direction dir, const Case *c, const RunCtx
     return mla_run(impl, p, r->got[0].data, ctx, &r->stats, err);
 }
 
-static int time_runs(const StageImpl *impl, Direction dir, const Case *c, const RunCtx *ctx, int warmup, int reps,
+static int time_runs(const StageImpl *impl, Direction dir, const Case *c, const RunCtx *ctx, const Timing *timing,
                      double *ms, FlError *err)
 {
     (void)dir;
-    return mla_time(impl, &mla_of(c)->p, ctx, warmup, reps, ms, err);
+    return mla_time(impl, &mla_of(c)->p, ctx, timing, ms, err);
 }
 
 static const Tensor *expected(const Case *c, const char *file)

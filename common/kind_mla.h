@@ -21,8 +21,8 @@ const Tensor *mla_case_input(const Case *c, int id);
  * gets the counts and extra_bytes_fwd the workspace (through runner_run_step, CPU or GPU). */
 int mla_run(const StageImpl *impl, const MlaProblem *p, float *y, const RunCtx *ctx, RunStats *stats,
             FlError *err);
-/* Median ms of reps timed MLA steps after warmup ones, counting off. */
-int mla_time(const StageImpl *impl, const MlaProblem *p, const RunCtx *ctx, int warmup, int reps, double *ms,
+/* Median ms of timed MLA steps (runner.h Timing), counting off. */
+int mla_time(const StageImpl *impl, const MlaProblem *p, const RunCtx *ctx, const Timing *timing, double *ms,
              FlError *err);
 
 #ifdef __cplusplus

@@ -357,22 +357,35 @@ static int timed_run(const StageImpl *impl, Direction dir, const AttnProblem *p,
     return rc;
 }
 
-/* Median of reps timed calls of once(arg) after warmup untimed ones (CPU clock). */
-static int time_calls(int (*once)(void *arg, FlError *err), void *arg, int warmup, int reps,
-                      double *median, FlError *err)
+/* The timing asked for is one the runners can take: reps >= 1, warmup >= 0, and queued only for a
+ * CUDA stage (a CPU run has no queue to wait in). */
+static int timing_valid(const StageImpl *impl, const Timing *tm, const char *who, FlError *err)
 {
-    double *samples = malloc(sizeof(double) * (size_t)reps);
+    if (tm->reps < 1 || tm->warmup < 0)
+        return fl_fail(err, FL_BAD_INPUT, "%s: need reps >= 1 and warmup >= 0 (got %d, %d)", who, tm->reps,
+                       tm->warmup);
+    if (tm->queued && impl->device != DEVICE_CUDA)
+        return fl_fail(err, FL_BAD_INPUT, "%s: stage %s (%s) runs on the CPU; only a CUDA run can be timed queued",
+                       who, impl->stage, impl->name);
+    return FL_OK;
+}
+
+/* Median of tm->reps timed calls of once(arg) after tm->warmup untimed ones (CPU clock). */
+static int time_calls(int (*once)(void *arg, FlError *err), void *arg, const Timing *tm, double *median,
+                      FlError *err)
+{
+    double *samples = malloc(sizeof(double) * (size_t)tm->reps);
     if (!samples)
-        return fl_fail(err, FL_BAD_INPUT, "out of memory for %d timing samples", reps);
+        return fl_fail(err, FL_BAD_INPUT, "out of memory for %d timing samples", tm->reps);
     int rc = FL_OK;
-    for (int i = 0; rc == FL_OK && i < warmup + reps; i++) {
+    for (int i = 0; rc == FL_OK && i < tm->warmup + tm->reps; i++) {
         double start = timer_now_ms();
         rc = once(arg, err);
-        if (i >= warmup)
-            samples[i - warmup] = timer_now_ms() - start;
+        if (i >= tm->warmup)
+            samples[i - tm->warmup] = timer_now_ms() - start;
     }
     if (rc == FL_OK)
-        *median = median_ms(samples, reps);
+        *median = median_ms(samples, tm->reps);
     free(samples);
     return rc;
 }
@@ -392,7 +405,7 @@ static int attn_call(void *arg, FlError *err)
 }
 
 static int time_cpu(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *opts,
-                    int warmup, int reps, double *median, FlError *err)
+                    const Timing *tm, double *median, FlError *err)
 {
     Tensor out[OUT_COUNT];
     AttnTensors t;
@@ -410,7 +423,7 @@ static int time_cpu(const StageImpl *impl, Direction dir, const AttnProblem *p, 
     rc = workspace_alloc(impl, timed_workspace_size(impl, &run, &ctx, dir), &ctx.workspace, err);
     AttnCall call = {impl, dir, &run, &t, &ctx};
     if (rc == FL_OK)
-        rc = time_calls(attn_call, &call, warmup, reps, median, err);
+        rc = time_calls(attn_call, &call, tm, median, err);
     free(ctx.workspace);
     stage_inputs_free(p, &run);
     runner_outputs_free(out);
@@ -418,22 +431,22 @@ static int time_cpu(const StageImpl *impl, Direction dir, const AttnProblem *p, 
 }
 
 int runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *opts,
-                int warmup, int reps, double *median, FlError *err)
+                const Timing *tm, double *median, FlError *err)
 {
-    if (reps < 1 || warmup < 0)
-        return fl_fail(err, FL_BAD_INPUT, "runner_time: need reps >= 1 and warmup >= 0 (got %d, %d)",
-                       reps, warmup);
+    int rc = timing_valid(impl, tm, "runner_time", err);
+    if (rc != FL_OK)
+        return rc;
     if (dir == DIR_BWD && (!attn_has_dout(p) || !impl->backward))
         return fl_fail(err, FL_BAD_INPUT, "stage %s (%s): timing the backward pass needs dO and a backward",
                        impl->stage, impl->name);
     const AttnProblem bounded = attn_problem_bounded(p);
     p = &bounded;
-    int rc = runner_check(impl, dir, p, err);
+    rc = runner_check(impl, dir, p, err);
     if (rc != FL_OK)
         return rc;
     if (impl->device == DEVICE_CUDA)
-        return cuda_runner_time(impl, dir, p, opts, warmup, reps, median, err);
-    return time_cpu(impl, dir, p, opts, warmup, reps, median, err);
+        return cuda_runner_time(impl, dir, p, opts, tm, median, err);
+    return time_cpu(impl, dir, p, opts, tm, median, err);
 }
 
 /* ---- a step of another kind ------------------------------------------------------------------ */
@@ -480,19 +493,19 @@ static int step_call(void *arg, FlError *err)
     return a->s->fn(&a->in, a->s->out, a->ctx, a->s->arg, err);
 }
 
-int runner_time_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, int warmup, int reps,
+int runner_time_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, const Timing *tm,
                      double *median, FlError *err)
 {
-    if (reps < 1 || warmup < 0)
-        return fl_fail(err, FL_BAD_INPUT, "runner_time_step: need reps >= 1 and warmup >= 0 (got %d, %d)",
-                       reps, warmup);
+    int rc = timing_valid(impl, tm, "runner_time_step", err);
+    if (rc != FL_OK)
+        return rc;
     if (impl->device == DEVICE_CUDA)
-        return cuda_runner_time_step(impl, s, opts, warmup, reps, median, err);
+        return cuda_runner_time_step(impl, s, opts, tm, median, err);
     RunCtx ctx = ctx_with_defaults(opts);
-    int rc = workspace_alloc(impl, s->workspace_bytes, &ctx.workspace, err);
+    rc = workspace_alloc(impl, s->workspace_bytes, &ctx.workspace, err);
     StepCall call = {s, host_step_inputs(s), &ctx};
     if (rc == FL_OK)
-        rc = time_calls(step_call, &call, warmup, reps, median, err);
+        rc = time_calls(step_call, &call, tm, median, err);
     free(ctx.workspace);
     return rc;
 }

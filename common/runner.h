@@ -79,14 +79,26 @@ int runner_run_arrays(const StageImpl *impl, Direction dir, const AttnProblem *p
 int runner_preflight(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *opts,
                      FlError *err);
 
-/* Median wall time in ms of reps timed runs after warmup runs, counting off. DIR_FWD times the
+/* How a run is timed: warmup untimed runs, then reps timed ones, of which the median is reported.
+ * queued (CUDA; `flashlab bench --queued`): each timed run is launched while a kernel that only
+ * waits holds the GPU, so that its start event, its kernels and its stop event are all in the
+ * stream before the GPU reaches them, and the time between the events is the GPU's alone, without
+ * the host's launch of the first kernel (which a run of a few tens of microseconds notices, and a
+ * CUDA graph or a busy serving loop would not pay). Each run is checked to have been queued
+ * whole; a run that was not is timed again behind a longer hold. */
+typedef struct {
+    int warmup, reps;
+    int queued;
+} Timing;
+
+/* Median wall time in ms of t->reps timed runs after t->warmup runs, counting off. DIR_FWD times the
  * forward pass; DIR_BWD times forward + backward together (each run: the forward pass, then the
  * backward pass reading that forward's o and lse), as the FlashAttention benchmarks report it.
  * CPU: timer.h clock. CUDA: CUDA events around both passes, inputs already on the device, copies
  * not timed. One workspace, the larger of the two passes', serves both. A bf16 stage's inputs are
  * converted once, before the first run: the timed runs read bf16 directly. */
 int runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *opts,
-                int warmup, int reps, double *median, FlError *err);
+                const Timing *timing, double *median, FlError *err);
 
 /* A step of a kind other than attention (kind_mla.c): a few float32 inputs, one float32 output,
  * a function that computes it. The runner runs it where impl runs: on the CPU with the host arrays;
@@ -117,8 +129,8 @@ typedef struct {
 /* Runs the step once, counting: stats->fwd gets the counts, extra_bytes_fwd the workspace. */
 int runner_run_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, RunStats *stats,
                     FlError *err);
-/* Median wall time in ms of reps timed steps after warmup ones, counting off. */
-int runner_time_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, int warmup, int reps,
+/* Median wall time in ms of timed steps (Timing as runner_time), counting off. */
+int runner_time_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, const Timing *timing,
                      double *median, FlError *err);
 
 /* CUDA side (common/cuda_runner.cu, or common/cuda_runner_none.c when built without CUDA). */
@@ -127,11 +139,11 @@ const char *cuda_device_description(void); /* e.g. "NVIDIA H100 80GB HBM3 (sm_90
 int cuda_runner_run(const StageImpl *impl, Direction dir, const AttnProblem *p, AttnTensors *t,
                     const RunnerArrays *arrays, const RunCtx *opts, RunStats *stats, FlError *err);
 int cuda_runner_time(const StageImpl *impl, Direction dir, const AttnProblem *p, const RunCtx *opts,
-                     int warmup, int reps, double *median, FlError *err);
+                     const Timing *timing, double *median, FlError *err);
 int cuda_runner_run_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, RunStats *stats,
                          FlError *err);
-int cuda_runner_time_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, int warmup,
-                          int reps, double *median, FlError *err);
+int cuda_runner_time_step(const StageImpl *impl, const RunnerStep *s, const RunCtx *opts, const Timing *timing,
+                          double *median, FlError *err);
 
 #ifdef __cplusplus
 }

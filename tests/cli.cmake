@@ -121,5 +121,27 @@ cli_test(bench_head_dims 0 "runs head dims d = dv in \\{64, 128\\}; this case ha
 # ... and when every row is refused, nothing was measured: exit 3 with one line saying so
 cli_test(bench_all_refused 3 "no row ran: the selected stages lack what every row asks for" bench --stages 12
          --T 16 --d 32 --H 1 --reps 1)
+# --queued holds the GPU while a run is launched: a CPU run has nothing to queue behind
+cli_test(bench_queued_needs_cuda 2 "--queued times CUDA runs: it needs --device cuda" bench --stages 01 --T 16
+         --H 1 --reps 1 --queued)
+# ... and on a GPU it times through every timing path: an attention forward + backward, a decode
+# step of two kernels (stage 16's split kernel and its combine, where this build has it), an MLA
+# step (stage 09, runner_time_step). Exit 0 means every row ran (bench exits 1 on a failed run, 3
+# when every row was refused).
+if(FLASHLAB_HAVE_CUDA)
+  get_property(no_cuda_16 GLOBAL PROPERTY FLASHLAB_NO_CUDA_16)
+  foreach(args "06 --direction bwd --T 256 --H 2 --d 64"
+               "16 --Tq 1 --H 8 --Hkv 2 --T 4096 --d 128 --page-size 16"
+               "09 --B 2 --H 16 --Tq 1 --T 256 --d 128")
+    separate_arguments(args)
+    list(GET args 0 stage)
+    if(stage STREQUAL "16" AND no_cuda_16)
+      continue()
+    endif()
+    cli_test(bench_queued_cuda_${stage} 0 "\"time_ms\": [0-9]" bench --device cuda --queued --reps 3 --json
+             --stages ${args})
+    set_tests_properties(cli_bench_queued_cuda_${stage} PROPERTIES LABELS "cli;gpu" SKIP_RETURN_CODE 77)
+  endforeach()
+endif()
 cli_test(grade_json_bf16 0 "\"precision\": \"bf16\", \"tolerance\": \\{\"forward\": 0.03125, \"gradients\": 0.0625\\}"
          check 12 ${cli_golden}/tc_t37_d128_causal --json)

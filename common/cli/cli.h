@@ -41,6 +41,7 @@ typedef struct {
     IntList T, d;
     BenchShape shape; /* B, H, Hkv, Tq, masks, page size, and the kinds' own sizes (kind.h) */
     int reps, json;
+    int queued;       /* bench --queued: each timed CUDA run launched behind a hold (runner.h Timing) */
     const char *positional[MAX_POSITIONAL];
     int npositional;
 } Options;

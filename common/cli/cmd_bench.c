@@ -88,8 +88,9 @@ static int measure(const Options *o, const Case *c, BenchRow *row, FlError *err)
         row->link_sent += ranks[i].link_sent;
     row->ranks = ranks[0].hbm.bytes_read > 0 ? ctx.ranks : 1; /* the stage counted per rank: a ring */
     ctx.rank_counters = NULL;
+    const Timing timing = {.warmup = 1, .reps = o->reps, .queued = o->queued};
     if (rc == FL_OK)
-        rc = c->kind->time(row->impl, row->dir, c, &ctx, 1, o->reps, &row->ms, err);
+        rc = c->kind->time(row->impl, row->dir, c, &ctx, &timing, &row->ms, err);
     if (rc != FL_OK)
         return rc;
     row->read = s.fwd.bytes_read + s.bwd.bytes_read; /* a bwd row counts what it times: fwd + bwd */
@@ -181,6 +182,8 @@ int cmd_bench(Options *o)
 {
     if (o->npositional > 0)
         return usage_error("bench", "unexpected argument '%s'", o->positional[0]);
+    if (o->queued && o->device != DEVICE_CUDA)
+        return usage_error("bench", "%s times CUDA runs: it needs --device cuda", "--queued");
     if (o->device == DEVICE_CUDA && !cuda_device_available()) {
         printf("no CUDA device: skipped (cuda: %s)\n", cuda_device_description());
         return FL_NO_DEVICE;

@@ -137,8 +137,9 @@ static int grade(const Options *o, const StageImpl *impl, Direction dir, const C
                   : io_check_fails(impl, &io, 0)                       ? "fail"
                                                                        : "pass";
     RunCtx ctx = run_ctx(o);
+    const Timing timing = {.warmup = 1, .reps = 3, .queued = 0};
     if (rc == FL_OK)
-        rc = c->kind->time(impl, dir, c, &ctx, 1, 3, &g->ms, err);
+        rc = c->kind->time(impl, dir, c, &ctx, &timing, &g->ms, err);
     return rc;
 }
 

@@ -31,14 +31,15 @@ static int row_numbers(const Options *o, const StageImpl *impl, const Case *c, D
                        FlError *err)
 {
     RunCtx ctx = run_ctx(o);
+    const Timing timing = {.warmup = 1, .reps = TOUR_REPS, .queued = 0};
     memset(n, 0, sizeof *n);
     int rc = c->kind->run(impl, dir, c, &ctx, &n->r, err);
     if (rc == FL_OK)
         n->failed = compare_run(c, &n->r, impl->precision, 0, &n->max_err, NULL, NULL) != 0;
     if (rc == FL_OK)
-        rc = c->kind->time(impl, DIR_FWD, c, &ctx, 1, TOUR_REPS, &n->ms, err);
+        rc = c->kind->time(impl, DIR_FWD, c, &ctx, &timing, &n->ms, err);
     if (rc == FL_OK && dir == DIR_BWD)
-        rc = c->kind->time(impl, DIR_BWD, c, &ctx, 1, TOUR_REPS, &n->ms_both, err);
+        rc = c->kind->time(impl, DIR_BWD, c, &ctx, &timing, &n->ms_both, err);
     return rc;
 }
 

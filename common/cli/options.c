@@ -55,6 +55,7 @@ static const OptionSpec option_specs[] = {
     {"--sink-tokens", OPT_INT, AT(shape.sink_tokens), 0, 1 << 24, "bench"},
     {"--sinks", OPT_FLAG, AT(shape.sinks), 0, 0, "bench"},
     {"--reps", OPT_INT, AT(reps), 1, 100000, "bench"},
+    {"--queued", OPT_FLAG, AT(queued), 0, 0, "bench"},
     {"--json", OPT_FLAG, AT(json), 0, 0, "check bench"},
 };
 #undef AT
