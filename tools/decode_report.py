@@ -13,8 +13,9 @@ B*Hkv*T*(d+dv)*4 of docs/hbm_model.md (every cache element read once). When the 
 16 rows, a second table: stage 16 (bf16) against SDPA's FlashAttention-2 in bf16, both as fractions
 of the copy bandwidth, and issue 27's acceptance at T = 32768 (B = 1: 0.8 of it, B = 8: 0.9); with
 copy_traffic.json (tools/sdpa_bench.py --copy-traffic), also a plain copy whose traffic equals each
-step's K/V bytes, timed like a step and queued behind a spin (the GPU's time alone), and stage
-16's time against the first.
+step's K/V bytes, and stage 16's time against it. With paged16q_b<B>.json (`flashlab bench
+--stages 16 --queued`) and paged_fa2q_b<B>.json (sdpa_bench.py --decode --queued), the same table
+again with every run queued behind a spin (the GPU's time alone), the copy timed the same way.
 
   python3 tools/decode_report.py gpu-out
 """
@@ -75,27 +76,39 @@ def main(argv):
                               ((ref or {}).get("note") or "not run")[:30]))
         print(" ".join(cells))
     if any(k[2] == "16" for k in rows):
-        same = {}  # a plain copy moving the same bytes, timed like a step (may be absent)
+        same = {}  # a plain copy moving the same bytes, timed both ways (may be absent)
         path = os.path.join(out, "copy_traffic.json")
         if os.path.exists(path):
             same = {r["traffic_bytes"]: r for r in load(path)}
-        failed += bf16_table(rows, fa2, copy, same)
+        failed += bf16_table({k: r for k, r in rows.items() if k[2] == "16"}, fa2, copy, same, False)
+        queued16 = {}
+        for path in sorted(glob.glob(os.path.join(out, "paged16q_b*.json"))):
+            for r in load(path):
+                queued16[(r["B"], r["Tk"], r["stage"])] = r
+        if queued16:
+            fa2q = {}
+            for path in glob.glob(os.path.join(out, "paged_fa2q_b*.json")):
+                for r in load(path):
+                    fa2q[(r["B"], r["T"])] = r
+            failed += bf16_table(queued16, fa2q, copy, same, True)
     return 1 if failed else 0
 
 
-def bf16_table(rows, fa2, copy, same):
-    """Stage 16 against SDPA FLASH_ATTENTION in bf16, and (from `same`, keyed by traffic bytes) a
-    plain copy moving the step's K/V bytes; 1 when a K/V count is short."""
+def bf16_table(rows, fa2, copy, same, queued):
+    """Stage 16's rows (keyed (B, T, "16")) against SDPA FLASH_ATTENTION in bf16, and (from `same`,
+    keyed by traffic bytes) a plain copy moving the step's K/V bytes, all timed the same way: each
+    run between its own events with its launch (queued False), or queued behind a spin, the GPU's
+    time alone (`flashlab bench --queued`, `sdpa_bench.py --queued`); 1 when a K/V count is short."""
+    how = "queued behind a spin (the GPU's time alone)" if queued else "with each run's launch"
     print()
-    print("paged decode in bf16, Hq = 32, Hkv = 8, d = 128, Tq = 1: stage 16 (page size 16) against SDPA "
-          "FLASH_ATTENTION (contiguous, enable_gqa); copy bandwidth %.0f GB/s; last columns: a plain "
-          "copy whose traffic is the step's K/V bytes, timed like a step (its launch included) and "
-          "queued (the GPU's time alone)" % copy)
-    print("%4s %7s | %10s %8s %6s %9s | %10s %8s %6s | %8s | %10s %6s %8s %10s %6s" % (
+    print("paged decode in bf16, Hq = 32, Hkv = 8, d = 128, Tq = 1, timed %s: stage 16 (page size 16) "
+          "against SDPA FLASH_ATTENTION (contiguous, enable_gqa) and a plain copy whose traffic is the "
+          "step's K/V bytes; copy bandwidth %.0f GB/s (a 2 GiB copy)" % (how, copy))
+    print("%4s %7s | %10s %8s %6s %9s | %10s %8s %6s | %8s | %10s %6s %8s" % (
         "B", "T", "16 ms", "GB/s", "copy", "K/V bytes", "FA2 ms", "GB/s", "copy", "16 vs FA2",
-        "copy ms", "copy", "16 vs it", "queued ms", "copy"))
+        "copy ms", "copy", "16 vs it"))
     failed, verdicts = 0, []
-    for (B, T) in sorted({(k[0], k[1]) for k in rows if k[2] == "16"}):
+    for (B, T, _) in sorted(rows):
         new, ref = rows[(B, T, "16")], fa2.get((B, T))
         cells = ["%4d %7d |" % (B, T)]
         frac = None
@@ -113,20 +126,19 @@ def bf16_table(rows, fa2, copy, same):
         else:
             cells.append("%26s |" % ((ref or {}).get("note") or "not run")[:26])
         plain = same.get(B * new["Hkv"] * T * (new["d"] + new["dv"]) * 2) if "Hkv" in new else None
-        if plain and frac is not None:
-            cells.append("| %10.4f %6.2f %7.2fx" % (plain["time_ms"], plain["gb_per_s"] / copy,
-                                                  plain["time_ms"] / new["time_ms"]))
-            cells.append("%10.4f %6.2f" % (plain["gpu_ms"], plain["gpu_gb_per_s"] / copy) if plain.get("gpu_ms")
-                         else "%17s" % "-")
+        plain_ms = plain and plain.get("gpu_ms" if queued else "time_ms")
+        if plain_ms and frac is not None:
+            traffic = plain["traffic_bytes"] / (plain_ms * 1e6)
+            cells.append("| %10.4f %6.2f %7.2fx" % (plain_ms, traffic / copy, plain_ms / new["time_ms"]))
         else:
-            cells.append("| %44s" % "not run")
+            cells.append("| %26s" % "not run")
         print(" ".join(cells))
         need = {1: 0.8, 8: 0.9}.get(B)
         if T == 32768 and need is not None:
             verdicts.append("B = %d, T = 32768: %s (%.2f of copy, needs %.1f)" % (
                 B, "met" if frac is not None and frac >= need else "NOT met", frac or 0.0, need))
     if verdicts:
-        print("issue 27 (item 2), stage 16 at page size 16: " + "; ".join(verdicts))
+        print("issue 27 (item 2), stage 16 at page size 16, %s: %s" % (how, "; ".join(verdicts)))
     return failed
 
 

@@ -58,7 +58,9 @@
 #   PAGED_B="1 8 64"  PAGED_T=4096,32768,131072   its sizes;  SKIP_PAGED_SDPA=1  without SDPA
 #                         (with stage 16, also a plain copy moving each bf16 step's K/V bytes, timed
 #                         like a step and queued behind a spin kernel: tools/sdpa_bench.py
-#                         --copy-traffic, copy_traffic.json)
+#                         --copy-traffic, copy_traffic.json; and stage 16 and FA2 timed queued
+#                         too, bench --queued and sdpa_bench.py --queued, in the report's second
+#                         bf16 table)
 #   REPS=10               timed runs per shape (flashlab and SDPA)
 #   CMD_TIMEOUT=600       seconds any one GPU command may run (flashlab, compute-sanitizer, ncu, the
 #                         PyTorch scripts, and each ctest test): a kernel that never returns (a
@@ -138,6 +140,10 @@ in_list() { # in_list ITEM "a,b,c" (an empty list holds everything)
   case ",$2," in *",$1,"*) return 0 ;; esac
   return 1
 }
+cuda_stages_with() { # cuda_stages_with FEATURE "a,b,c": those of the stages whose CUDA implementation has it
+  "$FLASHLAB" list | awk -v f="$1" '$3 == "cuda" && ("," $NF ",") ~ ("," f ",") { print $1 }' | sort -u |
+    while read -r s; do in_list "$s" "$2" && echo "$s"; done | paste -sd, -
+}
 
 if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
   step "compute-sanitizer memcheck + racecheck on each CUDA implementation's check"
@@ -175,17 +181,22 @@ if [ "${SKIP_BENCH:-0}" != 1 ] && [ -n "$attention_stages" ]; then
   # shellcheck disable=SC2086
   "$FLASHLAB" bench --device cuda --stages "$attention_stages" --d 64,128 --reps "$REPS" $BENCH_ARGS --json >"$OUT/bench_fwd.json"
   record "bench fwd" $?
-  # shellcheck disable=SC2086
-  "$FLASHLAB" bench --device cuda --stages "$attention_stages" --direction bwd --d 64,128 --reps "$REPS" $BENCH_ARGS \
-    --json >"$OUT/bench_bwd.json"
-  record "bench fwd+bwd" $?
-  causal_stages=$("$FLASHLAB" list | awk '$3 == "cuda" && $0 ~ /causal/ { print $1 }' | sort -u |
-    while read -r s; do in_list "$s" "$attention_stages" && echo "$s"; done | paste -sd, -)
+  bwd_stages=$(cuda_stages_with backward "$attention_stages") # forward + backward: those that have one
+  if [ -n "$bwd_stages" ]; then
+    # shellcheck disable=SC2086
+    "$FLASHLAB" bench --device cuda --stages "$bwd_stages" --direction bwd --d 64,128 --reps "$REPS" $BENCH_ARGS \
+      --json >"$OUT/bench_bwd.json"
+    record "bench fwd+bwd" $?
+  fi
+  causal_stages=$(cuda_stages_with causal "$attention_stages")
   if [ "${SKIP_CAUSAL:-0}" != 1 ] && [ -n "$causal_stages" ]; then
     step "flashlab bench --causal --stages $causal_stages (fwd, then fwd+bwd)"
     for direction in fwd bwd; do
+      stages=$causal_stages
+      [ $direction = bwd ] && stages=$(cuda_stages_with backward "$causal_stages")
+      [ -n "$stages" ] || continue
       # shellcheck disable=SC2086
-      "$FLASHLAB" bench --device cuda --stages "$causal_stages" --causal --direction $direction --d 64,128 \
+      "$FLASHLAB" bench --device cuda --stages "$stages" --causal --direction $direction --d 64,128 \
         --reps "$REPS" $BENCH_ARGS --json >"$OUT/bench_causal_$direction.json"
       record "bench causal $direction" $?
     done
@@ -429,6 +440,11 @@ if [ "${SKIP_PAGED:-0}" != 1 ] && in_list 11 "$bench_stages"; then
     "$FLASHLAB" bench --device cuda --stages $paged_stages --variant "" --B "$b" --H 32 --Hkv 8 --Tq 1 --T "$PAGED_T" \
       --d 128 --causal --page-size 16 --reps "$REPS" --json >"$OUT/paged_b$b.json"
     record "paged decode bench B=$b" $?
+    if [ "$paged_stages" = 08,11,16 ]; then # stage 16 again, each step queued: the GPU's time alone
+      "$FLASHLAB" bench --device cuda --stages 16 --variant "" --B "$b" --H 32 --Hkv 8 --Tq 1 --T "$PAGED_T" \
+        --d 128 --causal --page-size 16 --reps "$REPS" --queued --json >"$OUT/paged16q_b$b.json"
+      record "paged decode bench B=$b, stage 16 queued" $?
+    fi
     if [ "${SKIP_PAGED_SDPA:-0}" != 1 ]; then
       guard python3 tools/sdpa_bench.py --decode --B "$b" --H 32 --Hkv 8 --Tq 1 --T "$PAGED_T" --d 128 --reps "$REPS" \
         --json "$OUT/paged_sdpa_b$b.json"
@@ -437,6 +453,9 @@ if [ "${SKIP_PAGED:-0}" != 1 ] && in_list 11 "$bench_stages"; then
         guard python3 tools/sdpa_bench.py --decode --dtype bf16 --backends FLASH_ATTENTION --B "$b" --H 32 --Hkv 8 --Tq 1 \
           --T "$PAGED_T" --d 128 --reps "$REPS" --json "$OUT/paged_fa2_b$b.json"
         record "SDPA FA2 bf16 decode B=$b" $?
+        guard python3 tools/sdpa_bench.py --decode --dtype bf16 --backends FLASH_ATTENTION --B "$b" --H 32 --Hkv 8 --Tq 1 \
+          --T "$PAGED_T" --d 128 --reps "$REPS" --queued --json "$OUT/paged_fa2q_b$b.json"
+        record "SDPA FA2 bf16 decode B=$b queued" $?
       fi
     fi
   done

@@ -31,6 +31,7 @@ PyTorch is needed only here, on the GPU machine; nothing in the C build uses thi
       # K/V, default backend choice: the reference beside stage 11
   python3 tools/sdpa_bench.py --decode --dtype bf16 --backends FLASH_ATTENTION --B 1,8 --T 32768 --d 128
       # the same step in bf16 on FlashAttention-2 (K/V bytes at 2 each): the reference beside stage 16
+      # (--queued: each step launched behind a spin, the GPU's time alone, beside flashlab bench --queued)
 """
 import argparse
 import json
@@ -63,21 +64,36 @@ def import_torch():
     return torch
 
 
-def median_event_ms(torch, run, warmup, reps, before=None):
+QUEUE_CYCLES = 200000  # a first spin of about 0.1 ms: longer than Python takes to queue an event and a copy
+QUEUE_MOST_CYCLES = 400000000  # about 0.2 s: a call still not queued whole behind it waits for the GPU inside
+
+
+def median_event_ms(torch, run, warmup, reps, queued=False):
     """Median ms of `reps` calls of run() (after `warmup` untimed ones), each timed between its own
-    pair of CUDA events, as `flashlab bench` times its reps; before(), if given, runs untimed ahead
-    of each call."""
-    samples = []
-    for i in range(warmup + reps):
-        if before:
-            before()
+    pair of CUDA events, as `flashlab bench` times its reps. queued (`flashlab bench --queued`):
+    each call is launched behind a spin kernel (torch.cuda._sleep), so that the events and the call
+    wait on the GPU and the events hold the GPU's time alone; a call the GPU had begun before Python
+    had launched all of it (its start event already reached) is timed again behind a spin twice as
+    long."""
+    samples, cycles, i = [], QUEUE_CYCLES, 0
+    while i < warmup + reps:
+        if queued:
+            torch.cuda._sleep(cycles)
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         run()
         stop.record()
+        was_queued = not queued or not start.query()
         stop.synchronize()
+        if not was_queued:
+            cycles *= 2
+            if cycles > QUEUE_MOST_CYCLES:
+                sys.exit("sdpa_bench.py: a call still began before it was queued whole behind a %d-cycle spin"
+                         % QUEUE_MOST_CYCLES)
+            continue
         if i >= warmup:
             samples.append(start.elapsed_time(stop))
+        i += 1
     return statistics.median(samples)
 
 
@@ -212,30 +228,25 @@ def copy_bandwidth(reps=20, gib=2):
     return {"device": torch.cuda.get_device_name(0), "bytes": 2 * n * 4, "time_ms": ms, "gb_per_s": gbps}
 
 
-QUEUE_CYCLES = 200000  # a spin of about 0.1 ms: longer than Python takes to queue an event and a copy
-
-
 def copy_traffic(sizes, warmup=3, reps=20):
     """For each size S in bytes: a device-to-device copy of S / 2 bytes, whose traffic (read +
     written) is S, for a decode step that reads S bytes of K/V to be set beside. Timed twice:
     time_ms like a step (an event pair per rep; what Python spends launching the copy between the
-    events counts, as a launch does in `flashlab bench`), and gpu_ms queued behind a spin kernel
-    (torch.cuda._sleep), so that the events and the copy wait on the GPU and only the copy's own
-    time is between them. At small S a plain copy, too, falls short of the large copy's rate
-    (ramp-up and tail weigh more)."""
+    events counts, as a launch does in `flashlab bench`), and gpu_ms queued (median_event_ms), so
+    that only the copy's own time is between the events, as `flashlab bench --queued` times a step.
+    At small S a plain copy, too, falls short of the large copy's rate (ramp-up and tail weigh
+    more)."""
     torch = import_torch()
-    queue = getattr(torch.cuda, "_sleep", None)
     rows = []
     for size in sizes:
         half = max(size // 2, 1)
         src = torch.empty(half, device="cuda", dtype=torch.uint8).random_(0, 256)
         dst = torch.empty_like(src)
         ms = median_event_ms(torch, lambda: dst.copy_(src), warmup, reps)
-        gpu_ms = median_event_ms(torch, lambda: dst.copy_(src), warmup, reps,
-                                 before=lambda: queue(QUEUE_CYCLES)) if queue else None
+        gpu_ms = median_event_ms(torch, lambda: dst.copy_(src), warmup, reps, queued=True)
         rows.append({"device": torch.cuda.get_device_name(0), "traffic_bytes": 2 * half, "time_ms": ms,
                      "gb_per_s": 2.0 * half / (ms * 1e6), "gpu_ms": gpu_ms,
-                     "gpu_gb_per_s": 2.0 * half / (gpu_ms * 1e6) if gpu_ms else None})
+                     "gpu_gb_per_s": 2.0 * half / (gpu_ms * 1e6)})
         src = dst = None  # freed before the next size
         torch.cuda.empty_cache()
     return rows
@@ -256,7 +267,8 @@ def run_decode(args):
     """One decoding step per (B, T): q (B, H, Tq, d), k and v (B, Hkv, T, d), float32 with TF32 off
     (or bf16 with --dtype bf16, beside stage 16), SDPA with enable_gqa=True and PyTorch's own backend
     choice (or the one --backends names, e.g. FLASH_ATTENTION). Reports the median time and the K/V
-    bytes per second, B*Hkv*T*2d*(4 or 2) / time, the traffic a decode step cannot avoid."""
+    bytes per second, B*Hkv*T*2d*(4 or 2) / time, the traffic a decode step cannot avoid. --queued
+    times each step behind a spin (median_event_ms), as `flashlab bench --queued` does."""
     torch = import_torch()
     import contextlib
     import torch.nn.functional as F
@@ -278,7 +290,7 @@ def run_decode(args):
             for d in int_list(args.d):
                 row = {"backend": (backend or "default") + " (enable_gqa)", "device": device, "B": B, "Hq": args.H,
                        "Hkv": args.Hkv, "Tq": args.Tq, "T": T, "d": d, "kv_bytes": B * args.Hkv * T * 2 * d * size,
-                       "time_ms": None, "kv_gb_per_s": None, "note": None}
+                       "time_ms": None, "kv_gb_per_s": None, "queued": args.queued, "note": None}
                 if bf16:
                     row["dtype"] = args.dtype
                 try:
@@ -290,7 +302,7 @@ def run_decode(args):
                     with chosen:
                         row["time_ms"] = median_event_ms(
                             torch, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True),
-                            args.warmup, args.reps)
+                            args.warmup, args.reps, queued=args.queued)
                     row["kv_gb_per_s"] = row["kv_bytes"] / (row["time_ms"] * 1e6)
                     q = k = v = None  # freed before the next shape
                 except torch.OutOfMemoryError:
@@ -302,8 +314,9 @@ def run_decode(args):
                 rows.append(row)
                 value = ("%10.3f ms  %8.1f GB/s of K/V" % (row["time_ms"], row["kv_gb_per_s"])) if row["time_ms"] \
                     else row["note"]
-                print("sdpa decode %s B=%d Hq=%d Hkv=%d Tq=%d T=%-6d d=%-4d %s" % (args.dtype, B, args.H, args.Hkv,
-                                                                                 args.Tq, T, d, value), flush=True)
+                print("sdpa decode %s B=%d Hq=%d Hkv=%d Tq=%d T=%-6d d=%-4d %s%s" % (
+                    args.dtype, B, args.H, args.Hkv, args.Tq, T, d, value, " (queued)" if args.queued else ""),
+                    flush=True)
     return rows
 
 
@@ -377,6 +390,9 @@ def main():
                     help="time one decoding step with enable_gqa=True (uses --B list, --H, --Hkv, --Tq, --T, --d)")
     ap.add_argument("--Hkv", type=int, default=8, help="--decode: kv heads")
     ap.add_argument("--Tq", type=int, default=1, help="--decode: new tokens per sequence")
+    ap.add_argument("--queued", action="store_true",
+                    help="--decode: each step launched behind a spin kernel, so that its events hold the GPU's "
+                         "time alone (as flashlab bench --queued)")
     ap.add_argument("--matmul-rate", action="store_true",
                     help="only measure the bf16 matmul rate (8192^3, TFLOP/s) and exit")
     ap.add_argument("--copy-bandwidth", action="store_true",
