@@ -21,7 +21,9 @@
  *   combine_kernel  stage 11's merge, lse = log sum_s exp(lse_s), O = sum_s exp(lse_s - lse) O_s, with a
  *                   block of threads per row instead of a warp (and o = 0 for a row that sees no
  *                   key, as in reference.c, even under a NaN sink logit), launched on Hopper so
- *                   that it starts while the split kernel ends (programmatic dependent launch).
+ *                   that it starts while the split kernel ends (programmatic dependent launch), its
+ *                   first loads of O_s issued before the weights are known.
+ *   gpu_split_count the split count: every SM the same number of blocks in one wave.
  * A decode step reads each key once and does two multiply-adds per byte of it, so the kernel is
  * about keeping loads in flight while the SM's schedulers always have a warp to run. Tiles of 16
  * keys (8 KiB at d = 128) make a block's ring 64 KiB, so three blocks (12 warps) share an SM where
@@ -404,8 +406,12 @@ struct CombineMask {
 // that sees no key keeps o = 0 even when a NaN sink logit made its lse NaN (reference.c's rule; a
 // finite lse of such a row weighs only zeros). On Hopper the combine is launched to overlap the
 // split kernel: its blocks start while the last splits run and wait for them in
-// grid_wait_for_previous(), so that a step does not pay the gap between two kernels.
+// grid_wait_for_previous(), so that a step does not pay the gap between two kernels. Once the
+// partials are there, the combine is the step's tail, so its loads do not wait on each other: a
+// thread loads its first PREFETCH splits' O_s columns at once, alongside the lse_s, and weighs
+// them when the weights are known.
 constexpr int CT = 256, MAX_SPLITS = 1024; // threads of a row; splits the combine takes (--splits' top)
+constexpr int PREFETCH = 8; // O_s float4s a thread loads before the weights (64 splits at dv = 128)
 __global__ void __launch_bounds__(CT) combine_kernel(const float *part_o, const float *part_lse, float *o,
                                                      float *lse, long rows, int dv, int splits,
                                                      unsigned long long *hbm, CombineMask mask)
@@ -417,7 +423,20 @@ __global__ void __launch_bounds__(CT) combine_kernel(const float *part_o, const 
         hbm_dev_add(hbm, HBM_READ, (unsigned long long)splits * (dv + 1) * sizeof(float));
         hbm_dev_add(hbm, HBM_WRITTEN, (unsigned long long)(dv + 1) * sizeof(float));
     }
+    // Thread (gi, c4) sums columns 4 c4 .. 4 c4 + 3 of the splits gi, gi + groups, ... (dv / 4
+    // column chunks, CT / (dv / 4) groups: 8 at dv = 128, 16 at dv = 64), so that each thread has
+    // a few float4 loads in flight rather than one load per split; the groups' sums meet in
+    // shared memory. (The workspace's rows are dv floats, a multiple of 4: 16-byte aligned.)
+    const int chunks = dv / 4, groups = CT / chunks, c4 = tid % chunks, gi = tid / chunks;
+    auto part = [&](int s) { // this thread's 4 columns of O_s
+        return *reinterpret_cast<const float4 *>(part_o + ((size_t)s * rows + row) * dv + 4 * c4);
+    };
     grid_wait_for_previous(); // the split kernel's partials are complete and visible
+    float4 first[PREFETCH]; // in flight while the weights are worked out
+#pragma unroll
+    for (int j = 0; j < PREFETCH; j++)
+        if (gi + j * groups < splits)
+            first[j] = part(gi + j * groups);
     float m = -INFINITY;
     for (int s = tid; s < splits; s += CT) {
         weight[s] = part_lse[(size_t)s * rows + row]; // lse_s for now
@@ -441,19 +460,19 @@ __global__ void __launch_bounds__(CT) combine_kernel(const float *part_o, const 
     for (int s = tid; s < splits; s += CT) // each thread its own entries: no barrier needed before
         weight[s] = expf(weight[s] - total);
     __syncthreads();
-    // Thread (gi, c4) sums columns 4 c4 .. 4 c4 + 3 of the splits gi, gi + groups, ... (dv / 4
-    // column chunks, CT / (dv / 4) groups: 8 at dv = 128, 16 at dv = 64), so that each thread has
-    // a few float4 loads in flight rather than one load per split; the groups' sums meet in
-    // shared memory. (The workspace's rows are dv floats, a multiple of 4: 16-byte aligned.)
     __shared__ float4 group_sum[CT];
-    const int chunks = dv / 4, groups = CT / chunks, c4 = tid % chunks, gi = tid / chunks;
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 4
-    for (int s = gi; s < splits; s += groups) {
-        const float4 x = *reinterpret_cast<const float4 *>(part_o + ((size_t)s * rows + row) * dv + 4 * c4);
+    auto add = [&](int s, float4 x) {
         const float w = weight[s];
         acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
-    }
+    };
+#pragma unroll
+    for (int j = 0; j < PREFETCH; j++)
+        if (gi + j * groups < splits)
+            add(gi + j * groups, first[j]);
+#pragma unroll 4
+    for (int s = gi + PREFETCH * groups; s < splits; s += groups)
+        add(s, part(s));
     group_sum[tid] = acc;
     __syncthreads();
     if (tid < chunks) {
@@ -469,12 +488,17 @@ __global__ void __launch_bounds__(CT) combine_kernel(const float *part_o, const 
         lse[row] = total;
 }
 
-// SMs * resident blocks per SM, the units a split plan fills; the first call also raises the
-// kernel's shared-memory limit, so every launch path calls it first.
-template <class T> int resident_units(int *units, FlError *err)
+// Where a split plan puts its blocks: the SMs, and how many blocks of split_kernel<T> one SM holds.
+struct GpuUnits {
+    int sms, per_sm;
+};
+
+// The GPU's units; the first call also raises the kernel's shared-memory limit, so every launch
+// path calls it first.
+template <class T> int resident_units(GpuUnits *units, FlError *err)
 {
-    static int cached = 0;
-    if (cached == 0) {
+    static GpuUnits cached = {0, 0};
+    if (cached.sms == 0) {
         int device = 0, sms = 0, per_sm = 0, optin = 0;
         int rc = fl_cuda_status(cudaGetDevice(&device), "stage 16 (tc_decode, cuda): cudaGetDevice", err);
         if (rc == FL_OK)
@@ -497,7 +521,7 @@ template <class T> int resident_units(int *units, FlError *err)
                                 "stage 16 (tc_decode, cuda): occupancy of split_kernel", err);
         if (rc != FL_OK)
             return rc;
-        cached = sms * (per_sm > 0 ? per_sm : 1);
+        cached = {sms, per_sm > 0 ? per_sm : 1};
     }
     *units = cached;
     return FL_OK;
@@ -505,13 +529,33 @@ template <class T> int resident_units(int *units, FlError *err)
 
 } // namespace
 
-// The split count: ctx->splits, or one that fills the GPU once (paged.h: split_count).
+// The split count of `items` work items (query blocks times kv heads times sequences) whose
+// longest span has max_keys keys. With fewer items than SMs (a decode step of a small batch),
+// each item in splits that give every SM the same number of blocks in one wave: all the blocks an
+// SM holds, or, when that takes more than TCD_MANY_SPLITS splits an item, TCD_SM_BLOCKS of them.
+// Measured on an H200 (README, "Speed"): at B = 1, Tk = 32768, 33 splits (2 blocks an SM) beat
+// both the 49 of 3 an SM (the same split kernel, a longer merge) and the 42 of paged.h's fill (its
+// SMs with 3 blocks finished last); at B = 16, 3 splits (3 an SM) beat 2. Splits keep at least
+// TCD_MIN_GPU_SPLIT_KEYS keys (two tiles a warp) and are at most 256. With more items than SMs,
+// paged.h's fill of the resident places, as stage 11.
+static int gpu_split_count(long items, GpuUnits units, int max_keys)
+{
+    if (items >= units.sms)
+        return split_count(items, units.sms * units.per_sm, max_keys, TCD_MIN_SPLIT_KEYS);
+    long splits = units.per_sm * units.sms / items; // >= 1: items < SMs
+    if (splits > TCD_MANY_SPLITS)
+        splits = (units.per_sm < TCD_SM_BLOCKS ? units.per_sm : TCD_SM_BLOCKS) * units.sms / items;
+    splits = splits < 256 ? splits : 256; // paged.h's top
+    const long most = ceil_div(max_keys, TCD_MIN_GPU_SPLIT_KEYS);
+    return (int)(splits < most ? splits : most > 1 ? most : 1);
+}
+
+// The split count: ctx->splits, or gpu_split_count's.
 template <class T> static int plan_splits(const AttnProblem *p, const RunCtx *ctx, int *splits, FlError *err)
 {
-    int units = 0;
+    GpuUnits units = {0, 0};
     int rc = resident_units<T>(&units, err);
-    *splits = ctx->splits > 0 ? ctx->splits
-                              : split_count(query_blocks(p, T::BR), units, longest_span(p), TCD_MIN_SPLIT_KEYS);
+    *splits = ctx->splits > 0 ? ctx->splits : gpu_split_count(query_blocks(p, T::BR), units, longest_span(p));
     return rc;
 }
 

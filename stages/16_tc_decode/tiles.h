@@ -18,7 +18,10 @@
                                  H200: its larger ring left room for one block of 4 warps an SM) */
 #define TCD_WARPS 4           /* warps per work item, each walking every TCD_WARPS-th tile */
 #define TCD_STAGES 2          /* the kernel's shared-memory stages per warp (tiles in flight + 1) */
-#define TCD_MIN_SPLIT_KEYS 512 /* a split's fewest keys (the split heuristic's floor) */
+#define TCD_MIN_SPLIT_KEYS 512 /* a split's fewest keys (paged.h's heuristic: the CPU, large batches) */
+#define TCD_MIN_GPU_SPLIT_KEYS 128 /* ... and on the GPU for a small batch: 2 tiles a warp (tc_decode.cu) */
+#define TCD_SM_BLOCKS 2        /* blocks an SM gets in a decode step of very few items (8 warps) ... */
+#define TCD_MANY_SPLITS 16     /* ... when filling every resident place takes more splits than this */
 
 /* Packed query rows per work item: one 16-row MMA tile, or two when the rows need them. */
 FL_HD static inline int tcd_block_rows(int packed_rows) { return packed_rows <= 16 ? 16 : 32; }
