@@ -153,6 +153,8 @@ typedef struct {
     const void *kind_entry;
     Precision precision; /* what it computes in; PRECISION_F32 (0) for stages 01–11 */
     int head_dims[2];    /* the head dims it runs, each with d = dv; {0, 0} = any */
+    int own_streams;     /* CUDA: runs its kernels on streams of its own (stage 13's ring), which a
+                            kernel holding the default stream does not hold: no `bench --queued` */
 } StageImpl;
 
 /* Each stage source file defines one NULL-terminated array, named after its folder and device:

@@ -358,7 +358,7 @@ static int timed_run(const StageImpl *impl, Direction dir, const AttnProblem *p,
 }
 
 /* The timing asked for is one the runners can take: reps >= 1, warmup >= 0, and queued only for a
- * CUDA stage (a CPU run has no queue to wait in). */
+ * CUDA stage (a CPU run has no queue to wait in) that launches on the default stream. */
 static int timing_valid(const StageImpl *impl, const Timing *tm, const char *who, FlError *err)
 {
     if (tm->reps < 1 || tm->warmup < 0)
@@ -367,6 +367,9 @@ static int timing_valid(const StageImpl *impl, const Timing *tm, const char *who
     if (tm->queued && impl->device != DEVICE_CUDA)
         return fl_fail(err, FL_BAD_INPUT, "%s: stage %s (%s) runs on the CPU; only a CUDA run can be timed queued",
                        who, impl->stage, impl->name);
+    if (tm->queued && impl->own_streams)
+        return fl_fail(err, FL_UNSUPPORTED, "stage %s (%s) runs its kernels on streams of its own, which the hold "
+                       "of --queued does not hold; time it without --queued", impl->stage, impl->name);
     return FL_OK;
 }
 

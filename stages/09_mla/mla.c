@@ -332,15 +332,15 @@ static const MlaEntry absorbed_entry = {"mla", absorbed_forward, absorbed_worksp
 static const MlaEntry naive_entry = {"mla", naive_forward, naive_workspace_bytes};
 
 static const StageImpl mla_cpu_absorbed = {
-    "09", "mla", "", DEVICE_CPU,
-    "MLA, absorbed: W_uk folded into the query, W_uv into the output; MQA straight over the latent cache",
-    0, NULL, NULL, NULL, &absorbed_entry, PRECISION_F32, {0, 0},
+    .stage = "09", .name = "mla", .variant = "", .device = DEVICE_CPU,
+    .lesson = "MLA, absorbed: W_uk folded into the query, W_uv into the output; MQA straight over the latent cache",
+    .kind_entry = &absorbed_entry, .precision = PRECISION_F32,
 };
 
 static const StageImpl mla_cpu_naive = {
-    "09", "mla", "naive", DEVICE_CPU,
-    "MLA, naive: the latent cache up-projected to per-head K and V every step, then stage 08 attention",
-    0, NULL, NULL, NULL, &naive_entry, PRECISION_F32, {0, 0},
+    .stage = "09", .name = "mla", .variant = "naive", .device = DEVICE_CPU,
+    .lesson = "MLA, naive: the latent cache up-projected to per-head K and V every step, then stage 08 attention",
+    .kind_entry = &naive_entry, .precision = PRECISION_F32,
 };
 
 const StageImpl *const stage09_mla_cpu[] = {&mla_cpu_absorbed, &mla_cpu_naive, NULL};

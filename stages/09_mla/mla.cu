@@ -370,15 +370,16 @@ static const MlaEntry absorbed_entry = {"mla", absorbed_forward, absorbed_worksp
 static const MlaEntry naive_entry = {"mla", naive_forward, naive_workspace_bytes};
 
 static const StageImpl mla_cuda_absorbed = {
-    "09", "mla", "", DEVICE_CUDA,
-    "MLA, absorbed: W_uk, W_uv folded into query and output (cuBLAS); a kernel attends over the latent cache",
-    0, NULL, NULL, NULL, &absorbed_entry,
+    .stage = "09", .name = "mla", .variant = "", .device = DEVICE_CUDA,
+    .lesson = "MLA, absorbed: W_uk, W_uv folded into query and output (cuBLAS); a kernel attends over the latent cache",
+    .kind_entry = &absorbed_entry,
 };
 
 static const StageImpl mla_cuda_naive = {
-    "09", "mla", "naive", DEVICE_CUDA,
-    "MLA, naive: cuBLAS up-projects the cache to per-head K and V every step, then stage 08 (cuBLAS) attention",
-    0, NULL, NULL, NULL, &naive_entry,
+    .stage = "09", .name = "mla", .variant = "naive", .device = DEVICE_CUDA,
+    .lesson = "MLA, naive: cuBLAS up-projects the cache to per-head K and V every step, then stage 08 (cuBLAS) "
+              "attention",
+    .kind_entry = &naive_entry,
 };
 
 extern "C" const StageImpl *const stage09_mla_cuda[] = {&mla_cuda_absorbed, &mla_cuda_naive, NULL};

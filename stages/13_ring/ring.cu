@@ -1451,6 +1451,7 @@ const StageImpl ring_cuda = {
     nullptr,
     PRECISION_F32,
     {0, 0},
+    1, /* own_streams: a compute and a link stream per rank */
 };
 
 } // namespace

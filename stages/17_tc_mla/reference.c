@@ -332,9 +332,9 @@ static int tc_mla_forward(const MlaProblem *p, float *y, RunCtx *ctx, FlError *e
 static const MlaEntry tc_mla_entry = {"mla", tc_mla_forward, tc_mla_workspace_bytes};
 
 static const StageImpl tc_mla_cpu = {
-    "17", "tc_mla", "", DEVICE_CPU,
-    "stage 09's absorbed MLA step in bf16 with float32 sums: the latent attention split over the cache",
-    0, NULL, NULL, NULL, &tc_mla_entry, PRECISION_BF16, {0, 0},
+    .stage = "17", .name = "tc_mla", .variant = "", .device = DEVICE_CPU,
+    .lesson = "stage 09's absorbed MLA step in bf16 with float32 sums: the latent attention split over the cache",
+    .kind_entry = &tc_mla_entry, .precision = PRECISION_BF16,
 };
 
 const StageImpl *const stage17_tc_mla_cpu[] = {&tc_mla_cpu, NULL};

@@ -574,9 +574,9 @@ int tc_mla_forward(const MlaProblem *p, float *y, RunCtx *ctx, FlError *err)
 static const MlaEntry tc_mla_entry = {"mla", tc_mla_forward, tc_mla_workspace_bytes};
 
 static const StageImpl tc_mla_cuda = {
-    "17", "tc_mla", "", DEVICE_CUDA,
-    "stage 09's absorbed MLA step in bf16: cuBLAS bf16 projections, the latent attention on wgmma (sm_90a)",
-    0, NULL, NULL, NULL, &tc_mla_entry, PRECISION_BF16, {0, 0},
+    .stage = "17", .name = "tc_mla", .variant = "", .device = DEVICE_CUDA,
+    .lesson = "stage 09's absorbed MLA step in bf16: cuBLAS bf16 projections, the latent attention on wgmma (sm_90a)",
+    .kind_entry = &tc_mla_entry, .precision = PRECISION_BF16,
 };
 
 extern "C" const StageImpl *const stage17_tc_mla_cuda[] = {&tc_mla_cuda, NULL};
