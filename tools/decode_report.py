@@ -30,26 +30,32 @@ def load(path):
         return json.load(f)
 
 
+def keyed_rows(out, pattern, key):
+    """The rows of every JSON file of `out` matching `pattern`, by key(row)."""
+    rows = {}
+    for path in sorted(glob.glob(os.path.join(out, pattern))):
+        for r in load(path):
+            rows[key(r)] = r
+    return rows
+
+
+def bench_key(r):  # a flashlab bench row
+    return (r["B"], r["Tk"], r["stage"])
+
+
+def sdpa_key(r):  # an sdpa_bench.py --decode row
+    return (r["B"], r["T"])
+
+
 def main(argv):
     if len(argv) != 2:
         print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
         return 2
     out = argv[1]
     copy = load(os.path.join(out, "copy_bandwidth.json"))["gb_per_s"]
-    rows = {}
-    for path in sorted(glob.glob(os.path.join(out, "paged_b*.json"))):
-        if "sdpa" in path:
-            continue
-        for r in load(path):
-            rows[(r["B"], r["Tk"], r["stage"])] = r
-    sdpa = {}
-    for path in glob.glob(os.path.join(out, "paged_sdpa_b*.json")):
-        for r in load(path):
-            sdpa[(r["B"], r["T"])] = r
-    fa2 = {}
-    for path in glob.glob(os.path.join(out, "paged_fa2_b*.json")):
-        for r in load(path):
-            fa2[(r["B"], r["T"])] = r
+    rows = keyed_rows(out, "paged_b*.json", bench_key)
+    sdpa = keyed_rows(out, "paged_sdpa_b*.json", sdpa_key)
+    fa2 = keyed_rows(out, "paged_fa2_b*.json", sdpa_key)
     print("paged decode, Hq = 32, Hkv = 8, d = 128, Tq = 1, float32; copy bandwidth %.0f GB/s" % copy)
     print("%4s %7s | %10s %8s %6s %9s | %10s %8s | %10s" % ("B", "T", "11 ms", "GB/s", "copy", "K/V bytes",
                                                             "08 ms", "11 vs 08", "SDPA ms"))
@@ -81,15 +87,9 @@ def main(argv):
         if os.path.exists(path):
             same = {r["traffic_bytes"]: r for r in load(path)}
         failed += bf16_table({k: r for k, r in rows.items() if k[2] == "16"}, fa2, copy, same, False)
-        queued16 = {}
-        for path in sorted(glob.glob(os.path.join(out, "paged16q_b*.json"))):
-            for r in load(path):
-                queued16[(r["B"], r["Tk"], r["stage"])] = r
+        queued16 = keyed_rows(out, "paged16q_b*.json", bench_key)
         if queued16:
-            fa2q = {}
-            for path in glob.glob(os.path.join(out, "paged_fa2q_b*.json")):
-                for r in load(path):
-                    fa2q[(r["B"], r["T"])] = r
+            fa2q = keyed_rows(out, "paged_fa2q_b*.json", sdpa_key)
             failed += bf16_table(queued16, fa2q, copy, same, True)
     return 1 if failed else 0
 
