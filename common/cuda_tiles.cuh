@@ -32,6 +32,24 @@ __device__ __forceinline__ void cp_async4(float *smem, const float *gmem, int sr
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem),
                  "r"(src_bytes));
 }
+// The same 16-byte copy with an L2 eviction policy (l2_evict_first): for data read exactly once,
+// such as a decode step's KV cache. Its lines are then the first the L2 gives up, so a long stream
+// of them does not push out what else is there (small tables read again next time, dirty lines that
+// would otherwise be written back to DRAM in the middle of the stream).
+__device__ __forceinline__ void cp_async16_policy(void *smem, const void *gmem, int src_bytes,
+                                                  unsigned long long policy)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(s), "l"(gmem),
+                 "r"(src_bytes), "l"(policy));
+}
+// An L2 policy that makes the lines it touches the first to be evicted.
+__device__ __forceinline__ unsigned long long l2_evict_first()
+{
+    unsigned long long policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most N of this thread's committed groups are still in flight.
 template <int N> __device__ __forceinline__ void cp_async_wait()

@@ -32,6 +32,8 @@
 #   SANITIZE_STAGES=06    only these stages under compute-sanitizer (default: every CUDA stage)
 #   SANITIZE_ARGS="--blocks 3"   extra flags for those checks (stage 14: blocks that take several
 #                         query tiles each, which the golden cases alone never make)
+#   SKIP_SWEEP=1          no float32 attention sweep (nor its SDPA runs); the sections below still
+#                         run (BENCH_STAGES=11,16 would still sweep stage 11)
 #   SKIP_CAUSAL=1         no causal bench / SDPA runs (the stage 12 section's too)
 #   SKIP_DECODE=1         no GQA decode bench
 #   SKIP_TC=1             no stage 12 section (it also needs 12 in BENCH_STAGES when that is set;
@@ -176,6 +178,7 @@ bench_stages=${BENCH_STAGES:-$(echo "$cuda_stages" | paste -sd, -)}
 # stages 09 and 17 (MLA) have their own inputs and shapes, stages 12, 14, 15, 16 and 18 compute in bf16: each
 # has its section below (tensor cores, gpt-oss, paged decode), not this float32 attention sweep
 attention_stages=$(echo "$bench_stages" | tr , '\n' | grep -vx -e 09 -e 12 -e 14 -e 15 -e 16 -e 17 -e 18 | paste -sd, -)
+[ "${SKIP_SWEEP:-0}" = 1 ] && attention_stages="" # the sections below only
 if [ "${SKIP_BENCH:-0}" != 1 ] && [ -n "$attention_stages" ]; then
   step "flashlab bench --device cuda --stages $attention_stages --d 64,128 --reps $REPS $BENCH_ARGS (fwd, then fwd+bwd)"
   # shellcheck disable=SC2086

@@ -92,7 +92,8 @@ __device__ int key_row_index(const AttnProblem &p, int b, int kvh, KeySpan span,
 // One warp issues the cp.async copies of its tile into a stage: K16_t, V16_t (BC keys, D columns
 // each, swizzled). Lane l copies 16-byte chunk l % CHUNKS of keys l / CHUNKS, + 32 / CHUNKS, ...,
 // so its chunk (and its column) stays the same and only the key row changes, taken from the row
-// index lane r holds by one shuffle; a missing row becomes zeros.
+// index lane r holds by one shuffle; a missing row becomes zeros. A step reads each cache row once,
+// so the copies mark its lines evict-first in L2 (the README's "Streaming the cache past L2").
 template <class T>
 __device__ void load_tile_kv(bf16 *stage, const DecodeArgs &a, int my_row, int lane)
 {
@@ -100,13 +101,14 @@ __device__ void load_tile_kv(bf16 *stage, const DecodeArgs &a, int my_row, int l
     bf16 *Ks = stage, *Vs = stage + T::BC * D;
     const int c = (lane % CHUNKS) * 8;
     const bf16 *kc = a.k + c, *vc = a.v + c; // this lane's column of row 0
+    const unsigned long long once = l2_evict_first(); // read once a step
 #pragma unroll
     for (int i = 0; i < T::BC / KEYS_A_PASS; i++) {
         const int r = lane / CHUNKS + KEYS_A_PASS * i;
         const int row = __shfl_sync(0xffffffffu, my_row, r);
         const size_t at = (size_t)max(row, 0) * D;
-        cp_async16(Ks + swizzle<D>(r, c), kc + at, row >= 0 ? 16 : 0);
-        cp_async16(Vs + swizzle<D>(r, c), vc + at, row >= 0 ? 16 : 0);
+        cp_async16_policy(Ks + swizzle<D>(r, c), kc + at, row >= 0 ? 16 : 0, once);
+        cp_async16_policy(Vs + swizzle<D>(r, c), vc + at, row >= 0 ? 16 : 0, once);
     }
 }
 
