@@ -6,6 +6,8 @@
 #  python_torch_cuda    the same on CUDA tensors (float32 and bf16, stage 12 among them), the backward
 #                       reusing o and lse, streams; label gpu; only in a CUDA build; skipped (77)
 #                       without torch or without a GPU torch can use.
+#  tools_sdpa_bench     tools/sdpa_bench.py's SDPA timing (the reference beside flashlab bench on the GPU
+#                       machine) run against a stand-in torch: plain python3, in every build.
 # The torch test runs under FLASHLAB_TORCH_PYTHON when it is set (a virtual environment holding
 # torch, say), else under the first of python3 on PATH and /usr/bin/python3 that imports torch.
 if(TARGET flashlab_shared)
@@ -47,3 +49,11 @@ if(TARGET flashlab_shared)
     set_tests_properties(python_torch_cuda PROPERTIES LABELS "python;gpu" SKIP_RETURN_CODE 77 TIMEOUT 600)
   endif()
 endif()
+
+if(FLASHLAB_PYTHON)
+  add_test(NAME tools_sdpa_bench
+           COMMAND ${FLASHLAB_PYTHON} ${PROJECT_SOURCE_DIR}/tests/python/test_sdpa_bench.py ${PROJECT_SOURCE_DIR})
+else()
+  add_test(NAME tools_sdpa_bench COMMAND sh -c "echo 'tools_sdpa_bench: no python3'; exit 77")
+endif()
+set_tests_properties(tools_sdpa_bench PROPERTIES LABELS "python;cpu" SKIP_RETURN_CODE 77)

@@ -68,15 +68,18 @@ QUEUE_CYCLES = 200000  # a first spin of about 0.1 ms: longer than Python takes 
 QUEUE_MOST_CYCLES = 400000000  # about 0.2 s: a call still not queued whole behind it waits for the GPU inside
 
 
-def median_event_ms(torch, run, warmup, reps, queued=False):
+def median_event_ms(torch, run, warmup, reps, queued=False, before=None):
     """Median ms of `reps` calls of run() (after `warmup` untimed ones), each timed between its own
-    pair of CUDA events, as `flashlab bench` times its reps. queued (`flashlab bench --queued`):
+    pair of CUDA events, as `flashlab bench` times its reps; before(), if given, runs ahead of each
+    call, outside its events (and ahead of the spin when queued). queued (`flashlab bench --queued`):
     each call is launched behind a spin kernel (torch.cuda._sleep), so that the events and the call
     wait on the GPU and the events hold the GPU's time alone; a call the GPU had begun before Python
     had launched all of it (its start event already reached) is timed again behind a spin twice as
     long."""
     samples, cycles, i = [], QUEUE_CYCLES, 0
     while i < warmup + reps:
+        if before:
+            before()
         if queued:
             torch.cuda._sleep(cycles)
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
