@@ -287,6 +287,11 @@ CASES = [
                      "tiles per query tile at d=128 (stage 14's forward blocks walk 4, 3, 2 and 1 "
                      "of them, so a block that takes them all starts its ring of 3 stages at 0, "
                      "1, 1 and 0)"),
+    case("tc_mqa2_tq300_tk400_d128", 1209, B=1, Hq=2, Hkv=1, Tq=300, Tk=400, d=128, bf16=True,
+         description="tensor cores: non-causal, d=128, MQA with 2 query heads, Tq=300 < Tk=400: "
+                     "four 128-key tiles (the last holds 16 keys) for each of stage 14's three "
+                     "forward blocks (the first short), so a block that takes them all starts its "
+                     "ring of 3 stages at 0, 1 and 2"),
     # --- bf16 window + sink tokens + learned sinks (stage 15): d = dv in {64, 128} --------------
     # Inputs that bf16 holds exactly (bf16=True), so rounding them to bf16 changes nothing and the
     # float64 reference is the exact answer to what a bf16 stage reads. Tiles of the stage-15
