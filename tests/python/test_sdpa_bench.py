@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""test_sdpa_bench.py -- tools/sdpa_bench.py's SDPA timing path, run against a stand-in for torch.
+"""test_sdpa_bench.py -- tools/sdpa_bench.py's timing paths, run against a stand-in for torch.
 
 sdpa_bench.py is the reference beside `flashlab bench` on the GPU machine, and it only runs there:
 a bf16 row that fails for any reason becomes "skipped: ..." (a backend may have no kernel for a
 shape), so a mistake in the script itself read as a skipped row on every GPU run, and nothing
-here noticed. This test gives the script a fake torch whose attention "takes" a known time on a
-fake clock, runs the script's own main() for float32 and bf16, forward and forward + backward, and
-checks that every row was timed and holds that time; that a bf16 backward starts each rep with the
-gradients cleared outside the timed events; and that a queued rep the GPU had begun too early is
-timed again behind a longer spin.
+here noticed. This test gives the script a fake torch whose attention, copies and matmul "take"
+known times on a fake clock, and runs the script's own main() the ways the GPU runs use it: SDPA in
+float32 and bf16, forward and forward + backward; the decode step (float32 and bf16, with and
+without --queued); --copy-bandwidth, --copy-traffic and --matmul-rate. It checks that every row was
+timed and holds the time its calls took; that a bf16 backward starts each rep with the gradients
+cleared outside the timed events; and that a queued rep the GPU had begun too early is timed again
+behind a longer spin.
 
 Usage: python3 tests/python/test_sdpa_bench.py [REPO]   (exit 0 pass, 1 fail; needs nothing but
 python3: no torch, no NumPy, no GPU)
@@ -22,6 +24,7 @@ import tempfile
 import types
 
 FWD_MS, BWD_MS = 1.5, 2.25  # what one fake forward and one fake backward take on the fake clock
+COPY_MS, MATMUL_MS = 0.75, 3.0  # one fake tensor copy, one fake matmul
 
 
 class Clock:
@@ -61,6 +64,21 @@ class Tensor:
         self.requires_grad = flag
         return self
 
+    def normal_(self):
+        return self
+
+    def random_(self, low, high):
+        return self
+
+    def copy_(self, src):
+        Clock.now += COPY_MS
+        return self
+
+
+def matmul(a, b):
+    Clock.now += MATMUL_MS
+    return Tensor()
+
 
 class Output:
     def __init__(self, inputs):
@@ -87,7 +105,7 @@ def scaled_dot_product_attention(q, k, v, is_causal=False, **kwargs):
 def make_torch():
     torch = types.ModuleType("torch")
     torch.__version__ = "0.0-fake"
-    torch.bfloat16, torch.float32 = "bfloat16", "float32"
+    torch.bfloat16, torch.float32, torch.uint8 = "bfloat16", "float32", "uint8"
     torch.OutOfMemoryError = type("OutOfMemoryError", (RuntimeError,), {})
 
     class Generator:
@@ -98,7 +116,9 @@ def make_torch():
             return self
 
     torch.Generator = Generator
-    torch.randn = lambda *shape, **kwargs: Tensor()
+    torch.randn = torch.empty = lambda *shape, **kwargs: Tensor()
+    torch.empty_like = lambda x: Tensor()
+    torch.matmul = matmul
     torch.set_float32_matmul_precision = lambda precision: None
     torch.backends = types.SimpleNamespace(cuda=types.SimpleNamespace(matmul=types.SimpleNamespace()),
                                            cudnn=types.SimpleNamespace())
@@ -126,12 +146,18 @@ def load_script(repo):
 
 
 def run_main(bench, argv):
+    """main() with these arguments; its exit status and its --json rows (a list, one row or many)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows.json")
         sys.argv = ["sdpa_bench.py"] + argv + ["--json", out]
         rc = bench.main()
         with open(out) as f:
-            return rc, json.load(f)
+            rows = json.load(f)
+        return rc, rows if isinstance(rows, list) else [rows]
+
+
+def close(x, want):
+    return x is not None and abs(x - want) < 1e-9
 
 
 def main():
@@ -154,15 +180,38 @@ def main():
             timed = [r for r in rows if r["time_ms"] is not None]
             expect(rc == 0 and len(rows) == 4 and len(timed) == 4,
                    "%s %s: every row timed (notes: %s)" % (dtype, direction, sorted({str(r["note"]) for r in rows})))
-            expect(all(abs(r["time_ms"] - want) < 1e-9 for r in timed),
+            expect(all(close(r["time_ms"], want) for r in timed),
                    "%s %s: each row holds one call's time, %.2f ms" % (dtype, direction, want))
             if dtype == "bf16" and direction == "bwd":
                 expect(not Fake.grads_left, "bf16 bwd: every rep starts with the gradients cleared")
 
+    decode = ["--decode", "--B", "1,8", "--H", "32", "--Hkv", "8", "--T", "4096,32768", "--d", "128", "--reps", "5"]
+    for extra in ([], ["--queued"], ["--dtype", "bf16", "--backends", "FLASH_ATTENTION"],
+                  ["--dtype", "bf16", "--backends", "FLASH_ATTENTION", "--queued"]):
+        rc, rows = run_main(bench, decode + extra)
+        size = 2 if "bf16" in extra else 4
+        expect(rc == 0 and len(rows) == 4 and all(close(r["time_ms"], FWD_MS) for r in rows),
+               "decode %s: every step timed, one call's time (notes: %s)" % (" ".join(extra) or "float32",
+                                                                           sorted({str(r["note"]) for r in rows})))
+        expect(all(r["kv_bytes"] == r["B"] * 8 * r["T"] * 2 * 128 * size and
+                   close(r["kv_gb_per_s"], r["kv_bytes"] / (FWD_MS * 1e6)) for r in rows),
+               "decode %s: K/V bytes and their rate" % (" ".join(extra) or "float32"))
+
+    rc, rows = run_main(bench, ["--copy-bandwidth", "--reps", "5"])
+    expect(rc == 0 and close(rows[0]["time_ms"], COPY_MS) and
+           close(rows[0]["gb_per_s"], rows[0]["bytes"] / (COPY_MS * 1e6)), "--copy-bandwidth: one copy's time and rate")
+    rc, rows = run_main(bench, ["--copy-traffic", "1000,134217728", "--reps", "5"])
+    expect(rc == 0 and [r["traffic_bytes"] for r in rows] == [1000, 134217728] and
+           all(close(r["time_ms"], COPY_MS) and close(r["gpu_ms"], COPY_MS) for r in rows),
+           "--copy-traffic: each size timed, launched and queued")
+    rc, rows = run_main(bench, ["--matmul-rate", "--reps", "5"])
+    expect(rc == 0 and close(rows[0]["time_ms"], MATMUL_MS) and
+           close(rows[0]["tflops"], 2.0 * rows[0]["n"] ** 3 / (MATMUL_MS * 1e9)), "--matmul-rate: one product's time")
+
     # The queued timing: the first rep is seen begun early, so it is timed again behind twice the spin.
     Fake.sleeps, Event.begun_early = [], 1
     ms = bench.median_event_ms(torch, lambda: scaled_dot_product_attention(None, None, None), 0, 3, queued=True)
-    expect(abs(ms - FWD_MS) < 1e-9, "queued: the median is one call's time")
+    expect(close(ms, FWD_MS), "queued: the median is one call's time")
     expect(len(Fake.sleeps) == 4 and Fake.sleeps[1] == 2 * Fake.sleeps[0] and Fake.sleeps[2] == Fake.sleeps[1],
            "queued: a rep begun early is timed again behind a spin twice as long (spins %s)" % Fake.sleeps)
 
