@@ -41,6 +41,10 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// The kernels' arguments, passed by value. Keep them within 128 bytes: one int more (136 bytes)
+// and nvcc 13.0 compiled the forward differently (its softmax no longer split into a masked and an
+// unmasked loop; 4128 -> 3728 SASS instructions at d = 64), which was 46 % slower at d = 64 in one
+// H200 run (README, "The persistent grid"). The static_assert below holds the line.
 struct TcArgs {
     const bf16 *q, *k, *v, *dO;  // bf16 inputs (B, Hq|Hkv, T, D)
     float *o, *lse;              // forward outputs; read back by the backward
@@ -48,10 +52,12 @@ struct TcArgs {
     int Tq, Tk, Hq, group;       // group = Hq / Hkv
     int causal;                  // bottom-right aligned: row i sees keys j <= i + Tk - Tq
     float scale, scale_log2;     // scale * log2(e): scores live in base 2
+    int deal;                    // the forward deals out the query tiles of this many heads together
     unsigned long long *hbm;     // [read, written] or NULL
     int *next_tile;              // the forward's work counter (zeroed before the launch), or NULL
                                  // for a grid of a block per query tile
 };
+static_assert(sizeof(TcArgs) <= 128, "TcArgs grew past 128 bytes: see the comment above it");
 
 // Key j is hidden from query row i (causal, or a key/row past the end of a short tile).
 __device__ __forceinline__ bool hidden(const TcArgs &a, int i, int j)
@@ -111,11 +117,15 @@ template <int D> struct FwdSmem {
     static constexpr size_t BYTES = sizeof(FwdSmem) + 1024; // + room to align the base to 1024 bytes
 };
 
-// A block's work: query tiles, BR rows of one head each, numbered head after head (so the blocks
-// running at one time share a head's K and V in L2) and, within a head, from the last tile to the
-// first (with a causal mask the last tiles walk the most keys, so they go first). The tiles are cut
-// from the head's last row back (tiles.h: TC_FWD_BLOCK_END), so a short tile is the first; its rows
-// before row 0 are zeros from TMA, computed by no warpgroup that has only them and written nowhere.
+// A block's work: query tiles, BR rows of one head each. Tile k of a head is counted from its last
+// rows (with a causal mask the last rows walk the most keys) and cut from the head's last row back
+// (tiles.h: TC_FWD_BLOCK_END), so a short tile is the first rows; its rows before row 0 are zeros
+// from TMA, computed by no warpgroup that has only them and written nowhere. The tiles are dealt
+// out a few heads at a time (a.deal, tc_args): tile 0 of each head of the deal, then tile 1 of
+// each, and so on, then the next deal's heads. So the blocks running at one time share the K and V
+// of the deal's heads in L2, and with the mask the heaviest tiles go first everywhere, and not
+// only within each head, where the last head's heaviest tiles would start near the end of the
+// launch and run on alone. Without the mask every tile has the same work: deal = 1, head after head.
 // A block starts with tile blockIdx.x and then takes the next one from a counter (the workspace's
 // int, zeroed before the launch) until none are left. With a grid smaller than the tiles (persistent: a block
 // per SM) the producer loads the next tile's Q_i and K/V while the consumers finish the last one,
@@ -124,13 +134,16 @@ struct FwdWork {
     int bh, q0, n_tiles; // head (b, h) flattened, first row (< 0 for a short first tile), K/V tiles it walks
 };
 
-template <int D> __device__ __forceinline__ FwdWork fwd_work(const TcArgs &a, int tile)
+// Work index `tile` of the n_work query tiles of the launch (per_head of each of B Hq heads).
+template <int D> __device__ __forceinline__ FwdWork fwd_work(const TcArgs &a, int tile, int n_work)
 {
     constexpr int BR = FwdTile<D>::BR;
-    const int per_head = ceil_div(a.Tq, BR);
-    const int end = TC_FWD_BLOCK_END(a.Tq, D, tile % per_head); // one past the tile's last row
+    const int per_head = ceil_div(a.Tq, BR), heads = n_work / per_head;
+    const int h0 = tile / (per_head * a.deal) * a.deal, n = min(a.deal, heads - h0); // the deal's heads
+    const int at = tile - h0 * per_head;                   // the tile's place in its deal
+    const int end = TC_FWD_BLOCK_END(a.Tq, D, at / n);      // one past the tile's last row
     // Keys the tile needs: all of them, or (causal) up to the last row's position.
-    return {tile / per_head, end - BR, ceil_div(tc_keys_seen(a.causal, a.Tq, a.Tk, end - 1), TC_FWD_BLOCK_C)};
+    return {h0 + at % n, end - BR, ceil_div(tc_keys_seen(a.causal, a.Tq, a.Tk, end - 1), TC_FWD_BLOCK_C)};
 }
 
 // The producer's thread, for one query tile: Q_i's 64-row parts, then K_j and V_j of every key tile,
@@ -478,7 +491,7 @@ __global__ void __launch_bounds__(FwdTile<D>::NT, 1)
                 mbar_arrive(&sm.q_full);
                 return;
             }
-            const FwdWork w = fwd_work<D>(a, tile);
+            const FwdWork w = fwd_work<D>(a, tile, n_work);
             const int h = w.bh % a.Hq, b = w.bh / a.Hq, kvh = b * (a.Hq / a.group) + h / a.group;
             produce<D>(sm, &mq, &mk, &mv, a, w.bh, kvh, w.q0, w.n_tiles, it);
             it += w.n_tiles;
@@ -497,7 +510,7 @@ __global__ void __launch_bounds__(FwdTile<D>::NT, 1)
         const int tile = *(volatile int *)&sm.tile;
         if (tile >= n_work)
             break;
-        const FwdWork w = fwd_work<D>(a, tile);
+        const FwdWork w = fwd_work<D>(a, tile, n_work);
         consume<D, HIDE>(sm, a, c, w.bh, w.q0 + T::ROWS * c, w.n_tiles, it);
         it += w.n_tiles;
     }
@@ -548,7 +561,7 @@ __global__ void __launch_bounds__(inline_threads<D>(), 1)
     constexpr int NT = inline_threads<D>(), NS = T::NSTAGE, BC = T::BC;
     FwdSmem<D> &sm = aligned_smem<FwdSmem<D>>();
     const int tid = threadIdx.x, c = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
-    const FwdWork w = fwd_work<D>(a, blockIdx.x);
+    const FwdWork w = fwd_work<D>(a, blockIdx.x, (int)gridDim.x); // a block per query tile
     const int h = w.bh % a.Hq, b = w.bh / a.Hq, kvh = b * (a.Hq / a.group) + h / a.group;
 
     // K_j and V_j of tile j into stage j % NS: by TMA (one thread), or by every thread's cp.async
@@ -1168,6 +1181,20 @@ static int tc_validate(const AttnProblem *p, int backward, FlError *err)
     return hopper_device(err);
 }
 
+// How many heads the forward deals out together (fwd_work). Without the mask 1. With it, the query
+// heads of as many kv heads as keep their K and V (Tk (d + dv) bf16 each) within 16 MiB, a third of
+// an H100's or H200's L2, so that the blocks running at one time still find them there: at
+// T = 4096, 16 heads at d = 64 and 8 at d = 128.
+static int fwd_deal(const AttnProblem *p)
+{
+    if (!p->causal)
+        return 1;
+    const long long heads = (long long)p->B * p->Hq, group = p->Hq / p->Hkv;
+    const long long kv_heads = (16LL << 20) / ((long long)p->Tk * (p->d + p->dv) * 2);
+    const long long deal = (kv_heads > 1 ? kv_heads : 1) * group;
+    return (int)(deal < heads ? deal : heads);
+}
+
 static TcArgs tc_args(const AttnProblem *p, AttnTensors *t, const RunCtx *ctx)
 {
     TcArgs a;
@@ -1179,6 +1206,7 @@ static TcArgs tc_args(const AttnProblem *p, AttnTensors *t, const RunCtx *ctx)
     a.D = (float *)ctx->workspace;         // the backward's
     a.next_tile = (int *)ctx->workspace; // the forward's
     a.Tq = p->Tq, a.Tk = p->Tk, a.Hq = p->Hq, a.group = p->Hq / p->Hkv;
+    a.deal = fwd_deal(p);
     a.causal = p->causal;
     a.scale = p->scale, a.scale_log2 = p->scale * kLog2e;
     a.hbm = ctx->hbm_dev;
