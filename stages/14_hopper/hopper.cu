@@ -41,8 +41,8 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-// The kernels' arguments, passed by value. Keep them within 128 bytes: one int more (136 bytes)
-// and nvcc 13.0 compiled the forward differently (its softmax no longer split into a masked and an
+// The kernels' arguments, passed by value. Keep them within 128 bytes: with two ints more (136
+// bytes) nvcc 13.0 compiled the forward differently (its softmax no longer split into a masked and an
 // unmasked loop; 4128 -> 3728 SASS instructions at d = 64), which was 46 % slower at d = 64 in one
 // H200 run (README, "The persistent grid"). The static_assert below holds the line.
 struct TcArgs {
